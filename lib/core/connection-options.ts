@@ -1,0 +1,119 @@
+import { InvalidOptionError } from './errors.js';
+import { validateZkPath } from './lock-path.js';
+
+/** Digest (or other scheme) credentials, sent with addAuth on every session. */
+export interface ZkAuth {
+  /** Default `digest`. */
+  scheme?: string;
+  /** For digest: `user:password`. Never logged, never put in an error. */
+  credentials: string;
+}
+
+/** @publicApi */
+export interface ZkConnectionOptions {
+  /** `host:port` pairs separated by commas, e.g. `zk1:2181,zk2:2181,zk3:2181`. */
+  connectString: string;
+  /** Root under which every path of this client lives, e.g. `/apps/billing` (must exist). */
+  chroot?: string;
+  /** Requested session timeout; the server clamps it to its min/max. Default 15000. */
+  sessionTimeoutMs?: number;
+  /** How long `connect()` (and Nest bootstrap) waits for the first session. Default 15000. */
+  connectTimeoutMs?: number;
+  /** Credentials added to every session. */
+  auth?: ZkAuth | ZkAuth[];
+}
+
+export interface ResolvedConnectionOptions {
+  connectString: string;
+  hosts: string[];
+  chroot: string | undefined;
+  sessionTimeoutMs: number;
+  connectTimeoutMs: number;
+  auth: Required<ZkAuth>[];
+}
+
+export const CONNECTION_DEFAULTS = { sessionTimeoutMs: 15_000, connectTimeoutMs: 15_000 } as const;
+
+const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/;
+
+/** Validates every option at once and names the first bad one. */
+export function resolveConnectionOptions(options: ZkConnectionOptions): ResolvedConnectionOptions {
+  if (options === null || typeof options !== 'object') {
+    throw new InvalidOptionError('options', 'expected an object');
+  }
+  const { connectString } = options;
+  if (typeof connectString !== 'string' || connectString.trim() === '') {
+    throw new InvalidOptionError('connectString', 'expected a non-empty "host:port[,host:port...]" string');
+  }
+  // The C client also accepts a chroot suffix on the connect string; we keep one way: the option.
+  const slash = connectString.indexOf('/');
+  if (slash >= 0) {
+    throw new InvalidOptionError('connectString', 'must not contain a path: pass the chroot as the "chroot" option');
+  }
+  const hosts = connectString.split(',').map((h) => h.trim());
+  for (const host of hosts) {
+    const match = HOST_PORT.exec(host);
+    if (!match || Number(match[2]) < 1 || Number(match[2]) > 65535) {
+      throw new InvalidOptionError('connectString', `"${host}" is not host:port`);
+    }
+  }
+
+  let chroot: string | undefined;
+  if (options.chroot !== undefined && options.chroot !== '/') {
+    if (typeof options.chroot !== 'string' || !options.chroot.startsWith('/')) {
+      throw new InvalidOptionError('chroot', 'must be an absolute ZooKeeper path starting with "/"');
+    }
+    const problem = validateZkPath(options.chroot);
+    if (problem) throw new InvalidOptionError('chroot', problem);
+    chroot = options.chroot;
+  }
+
+  const sessionTimeoutMs = positiveInteger(options.sessionTimeoutMs, 'sessionTimeoutMs', CONNECTION_DEFAULTS.sessionTimeoutMs);
+  const connectTimeoutMs = positiveInteger(options.connectTimeoutMs, 'connectTimeoutMs', CONNECTION_DEFAULTS.connectTimeoutMs);
+
+  const authList = options.auth === undefined ? [] : Array.isArray(options.auth) ? options.auth : [options.auth];
+  const auth = authList.map((a, i) => {
+    const name = `auth${Array.isArray(options.auth) ? `[${i}]` : ''}`;
+    if (a === null || typeof a !== 'object') throw new InvalidOptionError(name, 'expected { scheme?, credentials }');
+    const scheme = a.scheme ?? 'digest';
+    if (typeof scheme !== 'string' || !/^[a-z0-9]+$/i.test(scheme)) {
+      throw new InvalidOptionError(`${name}.scheme`, 'expected a scheme name such as "digest"');
+    }
+    if (typeof a.credentials !== 'string' || a.credentials === '') {
+      throw new InvalidOptionError(`${name}.credentials`, 'expected a non-empty string');
+    }
+    if (scheme === 'digest' && !a.credentials.includes(':')) {
+      throw new InvalidOptionError(`${name}.credentials`, 'digest credentials must look like "user:password"');
+    }
+    return { scheme, credentials: a.credentials };
+  });
+
+  return {
+    connectString: hosts.join(','),
+    hosts,
+    chroot,
+    sessionTimeoutMs,
+    connectTimeoutMs,
+    auth,
+  };
+}
+
+/** A finite integer within [min, max] (milliseconds, permits, ...), or the default when undefined. */
+export function positiveInteger(value: unknown, option: string, fallback: number, min = 1, max = 2_147_483_647): number {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < min || value > max) {
+    throw new InvalidOptionError(option, `expected an integer from ${min} to ${max}, got ${describe(value)}`);
+  }
+  return value;
+}
+
+export function optionalPositiveInteger(value: unknown, option: string): number | undefined {
+  return value === undefined ? undefined : positiveInteger(value, option, 0);
+}
+
+export function describe(value: unknown): string {
+  if (typeof value === 'string') return JSON.stringify(value);
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (value === null) return 'null';
+  return typeof value;
+}

@@ -1,0 +1,91 @@
+/**
+ * Typed errors of the lock library. None of them is an HttpException: they also travel through
+ * scheduled jobs, event listeners and queues (map them to HTTP with the opt-in filter).
+ * @publicApi
+ */
+export class ZkLockError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** An option has a bad value; `option` names it. */
+export class InvalidOptionError extends ZkLockError {
+  constructor(
+    readonly option: string,
+    detail: string,
+  ) {
+    super(`Invalid option "${option}": ${detail}`);
+  }
+}
+
+/** A lock name cannot be mapped to a ZooKeeper path; the message quotes the name. */
+export class InvalidLockNameError extends ZkLockError {
+  constructor(
+    readonly lockName: string,
+    detail: string,
+  ) {
+    super(`Invalid lock name ${JSON.stringify(lockName)}: ${detail}`);
+  }
+}
+
+export type ConnectFailureReason = 'unreachable' | 'auth-failed' | 'chroot-missing' | 'session-expired' | 'closed';
+
+/** The ensemble could not be reached (or refused us) within `connectTimeoutMs`. */
+export class ZkConnectError extends ZkLockError {
+  constructor(
+    readonly connectString: string,
+    readonly reason: ConnectFailureReason,
+    detail: string,
+    options?: { cause?: unknown },
+  ) {
+    super(`Cannot connect to ZooKeeper at ${connectString} (${reason}): ${detail}`, options);
+  }
+}
+
+/** The connection was closed (module shutdown) while an operation needed it. */
+export class ConnectionClosedError extends ZkLockError {
+  constructor(detail = 'the ZooKeeper connection is closed') {
+    super(detail);
+  }
+}
+
+export type NotAcquiredReason = 'timeout' | 'aborted' | 'connection';
+
+/** An acquire gave up: the wait ran out, the caller aborted, or the connection was closed. */
+export class LockNotAcquiredError extends ZkLockError {
+  constructor(
+    readonly lockName: string,
+    readonly reason: NotAcquiredReason,
+    detail?: string,
+    options?: { cause?: unknown },
+  ) {
+    super(detail ?? `Lock ${JSON.stringify(lockName)} was not acquired (${reason})`, options);
+  }
+}
+
+export type LockLostReason =
+  /** ZooKeeper expired the session that owned the lock node. */
+  | 'session-expired'
+  /** Disconnected for longer than the session timeout: the server has (or will have) expired it. */
+  | 'session-timeout'
+  /** Someone else deleted the lock node. */
+  | 'node-deleted'
+  /** The lease's maximum hold time (`leaseMs`) elapsed and the lease released itself. */
+  | 'lease-expired'
+  /** The connection was closed while the lock was held. */
+  | 'connection-closed';
+
+/** The reason a lease's `signal` aborts with. */
+export class LockLostError extends ZkLockError {
+  constructor(
+    readonly lockName: string,
+    readonly reason: LockLostReason,
+  ) {
+    super(`Lock ${JSON.stringify(lockName)} was lost (${reason})`);
+  }
+}
+
+/** A request the lock cannot grant without deadlocking (e.g. a read → write upgrade). */
+export class LockUsageError extends ZkLockError {}

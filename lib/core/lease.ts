@@ -1,0 +1,126 @@
+import { LockLostError, type LockLostReason } from './errors.js';
+import type { LockEngine, SessionBound } from './lock-engine.js';
+import type { QueueEntry } from './lock-queue.js';
+
+/**
+ * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after
+ * the lock was lost, is a no-op.
+ * @publicApi
+ */
+export interface Lease extends AsyncDisposable {
+  /** The lock's name as given (or its absolute path). */
+  readonly name: string;
+  /** Full path of our lock node. */
+  readonly path: string;
+  /**
+   * Strictly increasing across successive holders of this lock for the life of the ensemble
+   * (the lock parent's czxid × 2^32 + our node's sequence). A data store rejects writes carrying
+   * a token lower than the highest it has seen.
+   */
+  readonly fencingToken: bigint;
+  /** Aborts with a LockLostError when the lock is lost while held. */
+  readonly signal: AbortSignal;
+  /** The ZooKeeper session that owns the node (hex). */
+  readonly sessionId: string;
+  /** True until released or lost. */
+  readonly isHeld: boolean;
+  release(): Promise<void>;
+}
+
+export interface NodeLeaseOptions {
+  /** Max hold time: the lease releases itself after this long and its signal aborts ('lease-expired'). */
+  leaseMs?: number;
+  /** Called once when the lease stops being held (released or lost), before the node is deleted. */
+  onEnd?: () => void;
+}
+
+/** A lease over one node of ours; tells its holder when the node or its session goes away. */
+export class NodeLease implements Lease, SessionBound {
+  readonly sessionId: string;
+  private readonly controller = new AbortController();
+  private ended = false;
+  private releasing: Promise<void> | undefined;
+  private watching = false;
+  private readonly untrack: () => void;
+  private readonly leaseTimer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly engine: LockEngine,
+    readonly name: string,
+    private readonly entry: QueueEntry,
+    private readonly options: NodeLeaseOptions = {},
+  ) {
+    this.sessionId = entry.session.id;
+    this.untrack = engine.track(this);
+    if (options.leaseMs !== undefined) {
+      this.leaseTimer = setTimeout(() => {
+        this.lose('lease-expired');
+        void this.deleteNode();
+      }, options.leaseMs);
+    }
+  }
+
+  get session() {
+    return this.entry.session;
+  }
+  get path(): string {
+    return this.entry.path;
+  }
+  get fencingToken(): bigint {
+    return this.entry.fencingToken;
+  }
+  get isHeld(): boolean {
+    return !this.ended;
+  }
+
+  /** Watching our own node costs a request, so it is armed only once someone looks at the signal. */
+  get signal(): AbortSignal {
+    if (!this.watching && !this.ended) {
+      this.watching = true;
+      this.entry.session
+        .exists(this.entry.path, (event) => {
+          if (event.type === 'deleted' && !this.ended) this.lose('node-deleted');
+        })
+        .then(
+          (stat) => stat === null && !this.ended && this.lose('node-deleted'),
+          () => undefined, // connection trouble: session events cover it
+        );
+    }
+    return this.controller.signal;
+  }
+
+  release(): Promise<void> {
+    if (this.releasing) return this.releasing;
+    if (this.ended) return Promise.resolve();
+    this.end();
+    this.releasing = this.deleteNode();
+    return this.releasing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  onSessionGone(reason: LockLostReason): void {
+    this.lose(reason);
+  }
+
+  private lose(reason: LockLostReason): void {
+    if (this.ended) return;
+    this.end();
+    this.controller.abort(new LockLostError(this.name, reason));
+  }
+
+  private end(): void {
+    this.ended = true;
+    clearTimeout(this.leaseTimer);
+    this.untrack();
+    this.options.onEnd?.();
+  }
+
+  private deleteNode(): Promise<void> {
+    const work = this.engine.deleteGuaranteed(this.entry.session, this.entry.path);
+    this.engine.background(work);
+    return work.catch(() => undefined);
+  }
+}

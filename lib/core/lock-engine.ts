@@ -1,0 +1,175 @@
+import { InvalidOptionError } from './errors.js';
+import { holderData, type HolderIdentity } from './holder-data.js';
+import { ancestorsOf, validateZkPath } from './lock-path.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import type { ZkConnection, SessionLostReason } from './zk-connection.js';
+import { CreateMode, type ZkSession } from './zk-session.js';
+
+export interface LockEngineOptions extends HolderIdentity {
+  /** Parent of lock names that do not start with "/". Default `/locks`. */
+  basePath?: string;
+}
+
+/** Something that must hear when its session is gone (held leases, waiting acquirers). */
+export interface SessionBound {
+  readonly session: ZkSession;
+  onSessionGone(reason: SessionLostReason | 'connection-closed'): void;
+  /** Held leases release themselves when the engine shuts down. */
+  release?(): Promise<void>;
+}
+
+/**
+ * Shared machinery under every recipe on one connection: container parents, guaranteed deletes,
+ * the registry of live leases (told when their session goes) and background clean-ups (awaited on close).
+ * @publicApi
+ */
+export class LockEngine {
+  readonly basePath: string;
+  private readonly bound = new Set<SessionBound>();
+  private readonly cleanups = new Set<Promise<unknown>>();
+
+  constructor(
+    readonly connection: ZkConnection,
+    private readonly identity: LockEngineOptions = {},
+  ) {
+    const basePath = identity.basePath ?? '/locks';
+    const problem = typeof basePath === 'string' ? validateZkPath(basePath) : 'must be a string';
+    if (problem) throw new InvalidOptionError('basePath', `${JSON.stringify(basePath)} ${problem}`);
+    this.basePath = basePath;
+    connection.on('lost', (reason) => this.sessionGone(reason));
+    connection.on('closed', () => this.sessionGone('connection-closed'));
+  }
+
+  /** Fresh holder data for a new node (created-at changes per node). */
+  nodeData(): Buffer {
+    return holderData({ app: this.identity.app, instance: this.identity.instance });
+  }
+
+  track(item: SessionBound): () => void {
+    this.bound.add(item);
+    return () => this.bound.delete(item);
+  }
+
+  /** Runs a clean-up in the background and remembers it until it settles. */
+  background(work: Promise<unknown>): void {
+    const tracked = work.catch(() => undefined).finally(() => this.cleanups.delete(tracked));
+    this.cleanups.add(tracked);
+  }
+
+  /** Waits for background clean-ups (deletes of abandoned nodes) to finish. */
+  async drain(): Promise<void> {
+    while (this.cleanups.size > 0) await Promise.all([...this.cleanups]);
+  }
+
+  get liveCount(): number {
+    return this.bound.size;
+  }
+
+  /** True once shutdown began: new acquires are refused. */
+  get isShuttingDown(): boolean {
+    return this.shuttingDown;
+  }
+  private shuttingDown = false;
+
+  /**
+   * Refuses new acquires, releases every held lease (deleting its node) and waits for clean-ups.
+   * The connection stays open: its owner closes it afterwards.
+   */
+  async shutdown(): Promise<void> {
+    this.shuttingDown = true;
+    this.emitShutdown();
+    await Promise.all([...this.bound].map((item) => item.release?.()));
+    await this.drain();
+  }
+
+  private readonly shutdownListeners = new Set<() => void>();
+  /** Called when shutdown begins (waiting acquirers give up). */
+  onShutdown(listener: () => void): () => void {
+    this.shutdownListeners.add(listener);
+    return () => this.shutdownListeners.delete(listener);
+  }
+  private emitShutdown(): void {
+    for (const listener of [...this.shutdownListeners]) listener();
+  }
+
+  /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
+  async ensureContainers(session: ZkSession, path: string): Promise<void> {
+    const paths = [...ancestorsOf(path), path];
+    // ZooKeeper answers a session's requests in order, so all creates go out at once.
+    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER)));
+    for (const result of results) {
+      if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
+    }
+  }
+
+  /**
+   * Deletes a node of ours, retrying through disconnections until it is gone or its session is
+   * (an ephemeral node dies with its session). NONODE counts as done.
+   */
+  async deleteGuaranteed(session: ZkSession, path: string): Promise<void> {
+    for (;;) {
+      if (session.isClosed || this.connection.session !== session) return;
+      try {
+        await session.delete(path);
+        return;
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) return;
+        if (!(error instanceof ZkError) || !error.isConnectionError) {
+          if (error instanceof ZkError && error.isSessionGone) return;
+          throw error;
+        }
+      }
+      await this.sessionUsable(session);
+    }
+  }
+
+  /** Deletes the node whose name starts with `prefix` under `parent`, if it exists (lost create reply). */
+  async deleteByPrefix(session: ZkSession, parent: string, prefix: string): Promise<void> {
+    for (;;) {
+      if (session.isClosed || this.connection.session !== session) return;
+      try {
+        const { children } = await session.getChildren(parent);
+        const ours = children.find((c) => c.startsWith(prefix));
+        if (ours) await this.deleteGuaranteed(session, `${parent}/${ours}`);
+        return;
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) return;
+        if (!(error instanceof ZkError) || !error.isConnectionError) return;
+      }
+      await this.sessionUsable(session);
+    }
+  }
+
+  /**
+   * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
+   * to retry an operation whose reply was lost, on the same session only.
+   */
+  sessionUsable(session: ZkSession): Promise<boolean> {
+    const connection = this.connection;
+    const check = (): boolean | undefined => {
+      if (connection.session !== session || session.isClosed || connection.state === 'closed') return false;
+      if (connection.state === 'connected') return true;
+      return undefined;
+    };
+    const now = check();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise((resolve) => {
+      const onState = () => {
+        const result = check();
+        if (result === undefined) return;
+        connection.off('state', onState);
+        resolve(result);
+      };
+      connection.on('state', onState);
+    });
+  }
+
+  private sessionGone(reason: SessionLostReason | 'connection-closed'): void {
+    for (const item of [...this.bound]) {
+      if (reason === 'connection-closed' || item.session !== this.connection.session || item.session.isClosed) {
+        this.bound.delete(item);
+        item.onSessionGone(reason);
+      }
+    }
+  }
+}

@@ -1,0 +1,345 @@
+import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import type { LockEngine } from './lock-engine.js';
+import { joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import { CreateMode, type WatchEventType, type ZkSession } from './zk-session.js';
+
+/** What a recipe decides from the sorted children of its queue. */
+export type Verdict =
+  | { holds: true }
+  /**
+   * Wait for `watch` (a sibling) to change. `holdsWhenGone`: its deletion alone makes us the
+   * holder (it was the head and we were next at our last look), so no new listing is needed.
+   */
+  | { holds: false; watch: string; holdsWhenGone: boolean }
+  /** Wait for any change to the list of children (semaphore leases). */
+  | { holds: false; watchChildren: true };
+
+/** One recipe's view of a queue of sequential nodes. */
+export interface QueueSpec {
+  /** The lock's name, for errors. */
+  lockName: string;
+  /** The node under which contenders queue. */
+  parentPath: string;
+  /** Node name after the protected prefix: "lock-", "__READ__", "__WRIT__", "lease-". */
+  nodeName: string;
+  /** Markers whose suffix is the sort key (Curator's fixForSorting). */
+  sortMarkers: readonly string[];
+  /** Decides from our index in the sorted children. */
+  evaluate(sorted: readonly string[], ourIndex: number): Verdict;
+  /**
+   * Create a plain EPHEMERAL node with this suffix instead of a sequential one (a downgraded read
+   * lock takes its writer's sequence, as Curator 5.5+ does).
+   */
+  fixedSuffix?: string;
+}
+
+export interface AcquireOptions {
+  /** How long to wait: undefined waits until acquired, 0 tries once. */
+  waitMs?: number;
+  /** Abort to give up waiting. */
+  signal?: AbortSignal;
+}
+
+/** A node that holds its place at the head of a queue. */
+export interface QueueEntry {
+  session: ZkSession;
+  path: string;
+  name: string;
+  /** Strictly increasing across successive holders of the queue: parent czxid × 2^32 + sequence. */
+  fencingToken: bigint;
+}
+
+type Cancel = { reason: NotAcquiredReason; error?: unknown };
+
+/**
+ * Joins a queue and waits until the recipe's verdict says we hold. On any way out other than
+ * success (timeout, abort, close, error) our node is deleted, also when the reply of its create
+ * was lost, so nothing is left behind.
+ */
+export async function acquireInQueue(
+  engine: LockEngine,
+  spec: QueueSpec,
+  options: AcquireOptions & { fair?: boolean } = {},
+): Promise<QueueEntry> {
+  const waiter = new QueueWaiter(engine, spec, options);
+  return waiter.run();
+}
+
+class QueueWaiter {
+  private readonly cancelled: Promise<Cancel>;
+  private cancel: Cancel | undefined;
+  private disposeCancel: () => void = () => undefined;
+  private wake: (() => void) | undefined;
+  private readonly tryOnce: boolean;
+  /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
+  private readonly barge: boolean;
+
+  constructor(
+    private readonly engine: LockEngine,
+    private readonly spec: QueueSpec,
+    options: AcquireOptions & { fair?: boolean },
+  ) {
+    this.tryOnce = options.waitMs === 0;
+    this.barge = options.fair === false;
+    this.cancelled = new Promise<Cancel>((resolve) => {
+      const settle = (cancel: Cancel) => {
+        if (this.cancel) return;
+        this.cancel = cancel;
+        this.wake?.();
+        resolve(cancel);
+      };
+      const timer =
+        options.waitMs !== undefined && options.waitMs > 0 ? setTimeout(() => settle({ reason: 'timeout' }), options.waitMs) : undefined;
+      const onAbort = () => settle({ reason: 'aborted', error: options.signal?.reason });
+      const onClosed = () => settle({ reason: 'connection', error: new ConnectionClosedError() });
+      const onShutdown = () => settle({ reason: 'connection', error: new ConnectionClosedError('the lock module is shutting down') });
+      if (options.signal?.aborted) onAbort();
+      options.signal?.addEventListener('abort', onAbort, { once: true });
+      engine.connection.on('closed', onClosed);
+      const offShutdown = engine.onShutdown(onShutdown);
+      if (engine.connection.state === 'closed') onClosed();
+      if (engine.isShuttingDown) onShutdown();
+      this.disposeCancel = () => {
+        clearTimeout(timer);
+        options.signal?.removeEventListener('abort', onAbort);
+        engine.connection.off('closed', onClosed);
+        offShutdown();
+      };
+    });
+  }
+
+  async run(): Promise<QueueEntry> {
+    try {
+      for (;;) {
+        const session = await this.untilCancelled(this.engine.connection.whenConnected());
+        const entry = await this.attempt(session);
+        if (entry) return entry;
+        // Our node or its session went away while we waited: queue again in the current session.
+      }
+    } catch (error) {
+      if (error === CANCELLED) throw this.notAcquired();
+      throw error;
+    } finally {
+      this.disposeCancel();
+    }
+  }
+
+  private notAcquired(): LockNotAcquiredError {
+    const { reason, error } = this.cancel!;
+    const detail =
+      reason === 'timeout'
+        ? this.tryOnce
+          ? `Lock ${JSON.stringify(this.spec.lockName)} is held by another owner`
+          : `Timed out waiting for lock ${JSON.stringify(this.spec.lockName)}`
+        : reason === 'aborted'
+          ? `Acquiring lock ${JSON.stringify(this.spec.lockName)} was aborted`
+          : `Lock ${JSON.stringify(this.spec.lockName)} was not acquired: the connection was closed`;
+    return new LockNotAcquiredError(this.spec.lockName, reason, detail, error === undefined ? undefined : { cause: error });
+  }
+
+  /** One node's life in the queue; resolves undefined when it must be re-created. */
+  private async attempt(session: ZkSession): Promise<QueueEntry | undefined> {
+    const { parentPath } = this.spec;
+    const prefix = newProtectedPrefix();
+    const created = this.createProtected(session, prefix);
+    let path: string | undefined;
+    let listing: Listing | undefined;
+    try {
+      const first = await this.untilCancelled(created);
+      if (!first) return undefined; // session gone before the node was surely made
+      ({ path, listing } = first);
+      const name = path.slice(parentPath.length + 1);
+      for (;;) {
+        listing ??= await this.untilCancelled(this.list(session));
+        if (!listing) return this.abandon(session, path);
+        const sorted = sortChildren(listing.children, this.spec.sortMarkers);
+        const index = sorted.indexOf(name);
+        if (index < 0) return undefined; // our node is gone (session expiry, or deleted by someone)
+        const verdict = this.spec.evaluate(sorted, index);
+        if (verdict.holds) return this.held(session, path, name, listing);
+        if (this.tryOnce) {
+          this.cancel ??= { reason: 'timeout' };
+          throw CANCELLED;
+        }
+        if (this.barge) {
+          // Step out of the queue, wait for the current head to go, then race for it again.
+          await this.untilCancelled(this.engine.deleteGuaranteed(session, path));
+          path = undefined;
+          await this.waitFor(session, name, { holds: false, watch: sorted[0]!, holdsWhenGone: false });
+          return undefined;
+        }
+        const next = await this.waitFor(session, name, verdict);
+        if (next === 'holds') return this.held(session, path, name, listing);
+        if (next === 'gone') return this.abandon(session, path);
+        listing = next === 'relist' ? undefined : next;
+      }
+    } catch (error) {
+      // Whatever made us give up, the node must not stay behind.
+      this.engine.background(path ? this.engine.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix));
+      throw error;
+    }
+  }
+
+  private held(session: ZkSession, path: string, name: string, listing: Listing): QueueEntry {
+    const sequence = sequenceOf(name) ?? 0;
+    const fencingToken = (BigInt(listing.parentCzxid) << 32n) | BigInt(sequence >>> 0);
+    return { session, path, name, fencingToken };
+  }
+
+  private abandon(session: ZkSession, path: string): undefined {
+    this.engine.background(this.engine.deleteGuaranteed(session, path));
+    return undefined;
+  }
+
+  /** After giving up mid-create: wait for the create's outcome and delete what it made. */
+  private async cleanUpCreate(session: ZkSession, created: Promise<Created | undefined>, prefix: string): Promise<void> {
+    const result = await created.catch(() => undefined);
+    if (result) await this.engine.deleteGuaranteed(session, result.path);
+    else await this.engine.deleteByPrefix(session, this.spec.parentPath, prefix);
+  }
+
+  /**
+   * Creates our node with a protected prefix and, in the same round trip, lists the queue.
+   * A lost reply is recovered by finding the prefix after reconnecting to the same session.
+   * Resolves undefined when the session is gone (nothing of ours can survive then).
+   */
+  private async createProtected(session: ZkSession, prefix: string): Promise<Created | undefined> {
+    const { parentPath, nodeName, fixedSuffix } = this.spec;
+    const target = joinPath(parentPath, prefix + nodeName + (fixedSuffix ?? ''));
+    const mode = fixedSuffix === undefined ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.EPHEMERAL;
+    let madeParents = false;
+    let maybeCreated = false;
+    for (;;) {
+      try {
+        if (maybeCreated) {
+          // The previous create's reply was lost: it may have happened.
+          const { children, stat } = await session.getChildren(parentPath);
+          const ours = children.find((c) => c.startsWith(prefix));
+          if (ours) return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
+        }
+        const create = session.create(target, this.engine.nodeData(), mode);
+        const list = session.getChildren(parentPath);
+        list.catch(() => undefined);
+        const path = await create;
+        const listed = await list.then(
+          ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
+          () => undefined,
+        );
+        return { path, listing: listed };
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
+          // The parent is missing (never made, or reaped as an empty container): make it, once per
+          // failure; a reap between here and the create just loops again.
+          await this.engine.ensureContainers(session, parentPath);
+          madeParents = true;
+          continue;
+        }
+        if (isZkCode(error, ZkCode.NONODE)) {
+          madeParents = false;
+          continue;
+        }
+        if (error instanceof ZkError && error.isConnectionError) {
+          maybeCreated = true;
+          if (await this.engine.sessionUsable(session)) continue;
+          return undefined;
+        }
+        if (error instanceof ZkError && error.isSessionGone) return undefined;
+        throw error;
+      }
+    }
+  }
+
+  private async list(session: ZkSession): Promise<Listing | undefined> {
+    for (;;) {
+      try {
+        const { children, stat } = await session.getChildren(this.spec.parentPath);
+        return { children, parentCzxid: stat.czxid };
+      } catch (error) {
+        if (!(error instanceof ZkError)) throw error;
+        if (error.code === ZkCode.NONODE) return { children: [], parentCzxid: 0 };
+        if (error.isConnectionError && (await this.engine.sessionUsable(session))) continue;
+        if (error.isConnectionError || error.isSessionGone) return undefined;
+        throw error;
+      }
+    }
+  }
+
+  /**
+   * Arms the verdict's watch and waits for it, for a reconnect or for the session to go.
+   * Returns 'holds' (watched head deleted), a fresh listing (children watch), 'relist' or 'gone'.
+   */
+  private async waitFor(session: ZkSession, name: string, verdict: Extract<Verdict, { holds: false }>): Promise<'holds' | 'relist' | 'gone' | Listing> {
+    let fired: WatchEventType | undefined;
+    let resolveWake!: () => void;
+    const woken = new Promise<void>((resolve) => (resolveWake = resolve));
+    const onEvent = (type: WatchEventType) => {
+      if (type === 'session') return; // connection changes are followed below
+      fired ??= type;
+      resolveWake();
+    };
+    const connection = this.engine.connection;
+    const onState = () => {
+      if (connection.state === 'connected' || connection.session !== session || session.isClosed) resolveWake();
+    };
+    connection.on('state', onState);
+    this.wake = resolveWake;
+    try {
+      let fresh: Listing | undefined;
+      try {
+        if ('watch' in verdict) {
+          await this.untilCancelled(session.getData(joinPath(this.spec.parentPath, verdict.watch), (e) => onEvent(e.type)));
+        } else {
+          const { children, stat } = await this.untilCancelled(session.getChildren(this.spec.parentPath, (e) => onEvent(e.type)));
+          fresh = { children, parentCzxid: stat.czxid };
+        }
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) {
+          // Already gone: no need to wait (and no watch was left on a missing node).
+          return 'watch' in verdict && verdict.holdsWhenGone ? 'holds' : 'relist';
+        }
+        if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
+          return (await this.untilCancelled(this.engine.sessionUsable(session))) ? 'relist' : 'gone';
+        }
+        throw error;
+      }
+      if (fresh) {
+        // The children watch came with a listing: re-evaluate it before sleeping.
+        const sorted = sortChildren(fresh.children, this.spec.sortMarkers);
+        const index = sorted.indexOf(name);
+        if (index < 0 || this.spec.evaluate(sorted, index).holds) return fresh;
+      }
+      await woken;
+      if (this.cancel) throw CANCELLED;
+      if (connection.session !== session || session.isClosed) return 'gone';
+      if (fired === 'deleted' && 'watch' in verdict && verdict.holdsWhenGone) return 'holds';
+      if (connection.state !== 'connected' && !(await this.untilCancelled(this.engine.sessionUsable(session)))) return 'gone';
+      return 'relist';
+    } finally {
+      connection.off('state', onState);
+      this.wake = undefined;
+    }
+  }
+
+  /** Races `work` against cancellation; on cancellation throws CANCELLED (work goes on unobserved). */
+  private async untilCancelled<T>(work: Promise<T>): Promise<T> {
+    if (this.cancel) throw CANCELLED;
+    const result = await Promise.race([work, this.cancelled.then(() => CANCELLED)]);
+    if (result === CANCELLED) {
+      work.catch(() => undefined);
+      throw CANCELLED;
+    }
+    return result as T;
+  }
+}
+
+interface Listing {
+  children: string[];
+  parentCzxid: number;
+}
+interface Created {
+  path: string;
+  listing: Listing | undefined;
+}
+
+const CANCELLED = Symbol('cancelled');

@@ -1,0 +1,96 @@
+/** ZooKeeper's C client return codes, by name (zookeeper.h). */
+const CODE_NAMES: Record<number, string> = {
+  [-1]: 'SYSTEMERROR',
+  [-2]: 'RUNTIMEINCONSISTENCY',
+  [-3]: 'DATAINCONSISTENCY',
+  [-4]: 'CONNECTIONLOSS',
+  [-5]: 'MARSHALLINGERROR',
+  [-6]: 'UNIMPLEMENTED',
+  [-7]: 'OPERATIONTIMEOUT',
+  [-8]: 'BADARGUMENTS',
+  [-9]: 'INVALIDSTATE',
+  [-13]: 'NEWCONFIGNOQUORUM',
+  [-14]: 'RECONFIGINPROGRESS',
+  [-15]: 'SSLCONNECTIONERROR',
+  [-100]: 'APIERROR',
+  [-101]: 'NONODE',
+  [-102]: 'NOAUTH',
+  [-103]: 'BADVERSION',
+  [-108]: 'NOCHILDRENFOREPHEMERALS',
+  [-110]: 'NODEEXISTS',
+  [-111]: 'NOTEMPTY',
+  [-112]: 'SESSIONEXPIRED',
+  [-113]: 'INVALIDCALLBACK',
+  [-114]: 'INVALIDACL',
+  [-115]: 'AUTHFAILED',
+  [-116]: 'CLOSING',
+  [-117]: 'NOTHING',
+  [-118]: 'SESSIONMOVED',
+  [-119]: 'NOTREADONLY',
+  [-120]: 'EPHEMERALONLOCALSESSION',
+  [-121]: 'NOWATCHER',
+  [-123]: 'RECONFIGDISABLED',
+  [-124]: 'SESSIONCLOSEDREQUIRESASLAUTH',
+  [-127]: 'THROTTLEDOP',
+};
+
+export const ZkCode = {
+  OK: 0,
+  CONNECTIONLOSS: -4,
+  OPERATIONTIMEOUT: -7,
+  INVALIDSTATE: -9,
+  NONODE: -101,
+  NOAUTH: -102,
+  BADVERSION: -103,
+  NODEEXISTS: -110,
+  NOTEMPTY: -111,
+  SESSIONEXPIRED: -112,
+  AUTHFAILED: -115,
+  CLOSING: -116,
+  SESSIONMOVED: -118,
+  THROTTLEDOP: -127,
+} as const;
+
+/**
+ * Every failed ZooKeeper operation rejects with this one class; `codeName` is ZooKeeper's own
+ * name for the code (NONODE, CONNECTIONLOSS, ...).
+ * @publicApi
+ */
+export class ZkError extends Error {
+  override readonly name = 'ZkError';
+  readonly codeName: string;
+
+  constructor(
+    readonly code: number,
+    readonly operation: string,
+    readonly path?: string,
+  ) {
+    const codeName = CODE_NAMES[code] ?? `UNKNOWN(${code})`;
+    super(`ZooKeeper ${operation}${path === undefined ? '' : ` ${path}`} failed: ${codeName}`);
+    this.codeName = codeName;
+  }
+
+  /** The outcome is unknown and the session may still be alive: retry after reconnecting. */
+  get isConnectionError(): boolean {
+    return (
+      this.code === ZkCode.CONNECTIONLOSS ||
+      this.code === ZkCode.OPERATIONTIMEOUT ||
+      this.code === ZkCode.THROTTLEDOP ||
+      this.code === ZkCode.SESSIONMOVED
+    );
+  }
+
+  /** The session this operation was sent on is gone (expired, closed or never opened). */
+  get isSessionGone(): boolean {
+    return (
+      this.code === ZkCode.SESSIONEXPIRED ||
+      this.code === ZkCode.INVALIDSTATE ||
+      this.code === ZkCode.CLOSING ||
+      this.code === ZkCode.AUTHFAILED
+    );
+  }
+}
+
+export function isZkCode(error: unknown, code: number): boolean {
+  return error instanceof ZkError && error.code === code;
+}

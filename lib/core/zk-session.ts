@@ -1,0 +1,226 @@
+import { createRequire } from 'node:module';
+import { ZkCode, ZkError } from './zk-error.js';
+
+// `zookeeper` is a CommonJS native addon; load it through require so both this ESM build and
+// bundlers see one copy of the binding.
+const require = createRequire(import.meta.url);
+const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
+
+/** The subset of the `zookeeper` package's class this library uses (callback API). */
+interface NativeZooKeeperClass {
+  new (config: Record<string, unknown>): NativeZooKeeper;
+}
+interface NativeZooKeeper {
+  init(config: Record<string, unknown>): NativeZooKeeper;
+  close(): void;
+  on(event: string, listener: (...args: any[]) => void): void;
+  removeAllListeners(): void;
+  readonly client_id: string;
+  readonly client_password: string;
+  readonly timeout: number;
+  readonly state: number;
+  a_create(path: string, data: Buffer, flags: number, cb: (rc: number, err: string, path: string) => void): number;
+  a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
+  aw_get_children2(path: string, watcher: RawWatcher, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
+  a_get(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat, data: Buffer | null) => void): number;
+  aw_get(path: string, watcher: RawWatcher, cb: (rc: number, err: string, stat: RawStat, data: Buffer | null) => void): number;
+  a_exists(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat) => void): number;
+  aw_exists(path: string, watcher: RawWatcher, cb: (rc: number, err: string, stat: RawStat) => void): number;
+  a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: RawStat) => void): number;
+  a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
+  a_sync(path: string, cb: (rc: number, err: string) => void): number;
+  add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
+}
+type RawWatcher = (type: number, state: number, path: string) => void;
+interface RawStat {
+  czxid: number;
+  mzxid: number;
+  pzxid: number;
+  version: number;
+  cversion: number;
+  numChildren: number;
+  dataLength: number;
+  ephemeralOwner: string;
+  ctime: Date;
+  mtime: Date;
+}
+
+/** A node's stat; `ephemeralOwner` is the owning session id in hex ("0" for persistent nodes). */
+export interface ZkStat {
+  czxid: number;
+  mzxid: number;
+  pzxid: number;
+  version: number;
+  cversion: number;
+  numChildren: number;
+  dataLength: number;
+  ephemeralOwner: string;
+  ctime: Date;
+  mtime: Date;
+}
+
+/** Create modes, with ZooKeeper's flag values (CONTAINER makes the C client send createContainer). */
+export const CreateMode = {
+  PERSISTENT: 0,
+  EPHEMERAL: 1,
+  PERSISTENT_SEQUENTIAL: 2,
+  EPHEMERAL_SEQUENTIAL: 3,
+  CONTAINER: 4,
+} as const;
+export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
+
+export type WatchEventType = 'created' | 'deleted' | 'changed' | 'child' | 'session' | 'not-watching';
+/**
+ * A watch fires once for its node event; the C client also calls it for every session event
+ * (`type: 'session'`) while it is armed, so a waiter wakes on reconnects too.
+ */
+export type WatchListener = (event: { type: WatchEventType; path: string }) => void;
+
+const WATCH_EVENT_TYPES: Record<number, WatchEventType> = {
+  1: 'created',
+  2: 'deleted',
+  3: 'changed',
+  4: 'child',
+  [-1]: 'session',
+  [-2]: 'not-watching',
+};
+
+export interface SessionEvents {
+  onConnected(): void;
+  onConnecting(): void;
+  /** The handle is closed for good: `code` is 0 (closed by us), -112 (expired) or -113 (auth failed). */
+  onClosed(code: number): void;
+}
+
+export interface SessionInit {
+  connectString: string;
+  sessionTimeoutMs: number;
+  /** Re-attach to an existing session (used by tests to expire a session from a second client). */
+  sessionId?: string;
+  sessionPassword?: string;
+}
+
+/**
+ * One ZooKeeper session over one native handle, as a small promise API. A session never outlives
+ * its handle: after expiry the owner opens a new ZkSession.
+ */
+export class ZkSession {
+  private readonly native: NativeZooKeeper;
+  private closed = false;
+
+  constructor(init: SessionInit, events: SessionEvents) {
+    const config: Record<string, unknown> = {
+      connect: init.connectString,
+      timeout: init.sessionTimeoutMs,
+      debug_level: 0, // ZOO_LOG_LEVEL_ERROR would print to stderr on every reconnect; we report states ourselves
+      host_order_deterministic: false,
+      // The binding closes the handle as "expired" after this many empty polls in a row; the
+      // default (10) trips on a busy event loop, so keep it out of the way.
+      response_counter_limit: 1_000_000,
+    };
+    if (init.sessionId !== undefined) {
+      config.client_id = init.sessionId;
+      config.client_password = init.sessionPassword;
+    }
+    this.native = new NativeZooKeeper(config);
+    this.native.on('connect', () => events.onConnected());
+    this.native.on('connecting', () => events.onConnecting());
+    this.native.on('close', (_self: unknown, code: number) => {
+      this.closed = true;
+      events.onClosed(typeof code === 'number' ? code : 0);
+    });
+    // Never from inside a native callback: the binding would poll a new socket whose fd number
+    // the old handle (closed in that callback) still has registered with libuv, and abort.
+    setImmediate(() => {
+      if (!this.closed) this.native.init({});
+    });
+  }
+
+  /** Session id in hex, as ZooKeeper tools print it ("0" until the first connect). */
+  get id(): string {
+    return this.native.client_id;
+  }
+
+  get password(): string {
+    return this.native.client_password;
+  }
+
+  /** The session timeout the server granted (the requested one until connected). */
+  get timeoutMs(): number {
+    return this.native.timeout;
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.native.close();
+    this.native.removeAllListeners();
+  }
+
+  create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
+    return this.call('create', path, (done) =>
+      this.native.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
+    );
+  }
+
+  getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
+    return this.call('getChildren', path, (done) => {
+      const cb = (rc: number, _e: string, children: string[], stat: RawStat) => done(rc, { children, stat });
+      return watch ? this.native.aw_get_children2(path, toRawWatcher(watch), cb) : this.native.a_get_children2(path, false, cb);
+    });
+  }
+
+  getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
+    return this.call('getData', path, (done) => {
+      const cb = (rc: number, _e: string, stat: RawStat, data: Buffer | null) =>
+        done(rc, { data: data ?? Buffer.alloc(0), stat });
+      return watch ? this.native.aw_get(path, toRawWatcher(watch), cb) : this.native.a_get(path, false, cb);
+    });
+  }
+
+  /** Resolves null when the node does not exist (the watch then fires on its creation). */
+  exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
+    return this.call<ZkStat | null>('exists', path, (done) => {
+      const cb = (rc: number, _e: string, stat: RawStat) => (rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat));
+      return watch ? this.native.aw_exists(path, toRawWatcher(watch), cb) : this.native.a_exists(path, false, cb);
+    });
+  }
+
+  setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
+    return this.call('setData', path, (done) => this.native.a_set(path, data, version, (rc, _e, stat) => done(rc, stat)));
+  }
+
+  delete(path: string, version = -1): Promise<void> {
+    return this.call('delete', path, (done) => this.native.a_delete_(path, version, (rc) => done(rc, undefined)));
+  }
+
+  /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
+  sync(path: string): Promise<void> {
+    return this.call('sync', path, (done) => this.native.a_sync(path, (rc) => done(rc, undefined)));
+  }
+
+  addAuth(scheme: string, credentials: string): Promise<void> {
+    // The credentials never go into the error: only the scheme does.
+    return this.call('addAuth', scheme, (done) => this.native.add_auth(scheme, credentials, (rc) => done(rc, undefined)));
+  }
+
+  private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      if (this.closed) {
+        reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
+        return;
+      }
+      const rc = send((code, value) => (code === ZkCode.OK ? resolve(value) : reject(new ZkError(code, operation, path))));
+      // A non-zero return means the request was never queued, and its callback will never run.
+      if (rc !== ZkCode.OK) reject(new ZkError(rc, operation, path));
+    });
+  }
+}
+
+function toRawWatcher(listener: WatchListener): RawWatcher {
+  return (type, _state, path) => listener({ type: WATCH_EVENT_TYPES[type] ?? 'session', path });
+}

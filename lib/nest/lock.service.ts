@@ -1,0 +1,40 @@
+import { Injectable } from '@nestjs/common';
+import type { AcquireOptions } from '../core/lock-queue.js';
+import type { Lease } from '../core/lease.js';
+import { LockEngine } from '../core/lock-engine.js';
+import { resolveLockPath } from '../core/lock-path.js';
+import { Mutex, type MutexOptions } from '../core/mutex.js';
+import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
+
+/**
+ * Distributed locks for the application, over the module's ZooKeeper session. Names map to
+ * `<basePath>/<name>`; a name starting with "/" is an absolute path (to share with Curator).
+ * @publicApi
+ */
+@Injectable()
+export class LockService {
+  constructor(
+    private readonly engine: LockEngine,
+    readonly connection: ZkConnection,
+  ) {}
+
+  /** A mutex (reentrant and fair unless told otherwise). Cheap: create one per use if you like. */
+  mutex(name: string, options?: MutexOptions): Mutex {
+    return new Mutex(this.engine, name, resolveLockPath(this.engine.basePath, name), options);
+  }
+
+  /** Acquires the mutex `name`, runs `fn` with the lease, releases in `finally`. */
+  withLock<T>(name: string, fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions & MutexOptions): Promise<T> {
+    const { waitMs, signal, ...mutexOptions } = options ?? {};
+    return this.mutex(name, mutexOptions).withLock(fn, { waitMs, signal });
+  }
+
+  /** The ZooKeeper path a lock name maps to (validates the name). */
+  pathOf(name: string): string {
+    return resolveLockPath(this.engine.basePath, name);
+  }
+
+  get state(): ConnectionState {
+    return this.connection.state;
+  }
+}

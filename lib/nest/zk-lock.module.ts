@@ -1,0 +1,33 @@
+import { Inject, Module, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
+import { LockEngine } from '../core/lock-engine.js';
+import { ZkConnection } from '../core/zk-connection.js';
+import { LockService } from './lock.service.js';
+import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
+import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
+
+/**
+ * Owns one ZooKeeper session for the application: opens it during bootstrap, releases held locks
+ * and closes it on shutdown (`app.close()`, or a signal with `app.enableShutdownHooks()`).
+ * @publicApi
+ */
+@Module({
+  providers: [connectionProvider, ownsConnectionProvider, engineProvider, LockService],
+  exports: [ZkConnection, LockEngine, LockService],
+})
+export class ZkLockModule extends ZkLockConfigurableModule implements BeforeApplicationShutdown, OnApplicationShutdown {
+  constructor(
+    private readonly engine: LockEngine,
+    private readonly connection: ZkConnection,
+    @Inject(OWNS_CONNECTION) private readonly ownsConnection: boolean,
+  ) {
+    super();
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.engine.shutdown();
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.ownsConnection) await this.connection.close();
+  }
+}

@@ -1,0 +1,46 @@
+import { Logger, type Provider } from '@nestjs/common';
+import { InvalidOptionError } from '../core/errors.js';
+import { LockEngine } from '../core/lock-engine.js';
+import { ZkConnection } from '../core/zk-connection.js';
+import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
+import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
+
+/** Whether the module opened the connection (and so closes it on shutdown). */
+export const OWNS_CONNECTION = Symbol.for('nestjs-zk-lock:owns-connection');
+
+const logger = new Logger('ZkLockModule');
+
+function isExternal(options: ZkLockModuleOptions): options is ZkLockModuleOptions & { connection: ZkConnection } {
+  return 'connection' in options && options.connection !== undefined;
+}
+
+/** Opens (or adopts) the connection during bootstrap; bootstrap fails if it cannot connect. */
+export const connectionProvider: Provider = {
+  provide: ZkConnection,
+  inject: [ZK_LOCK_MODULE_OPTIONS],
+  useFactory: async (options: ZkLockModuleOptions): Promise<ZkConnection> => {
+    if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
+    const connection = isExternal(options) ? options.connection : new ZkConnection(options);
+    if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
+    connection.on('connected', (id) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`));
+    connection.on('suspended', () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`));
+    connection.on('reconnected', (id) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`));
+    connection.on('lost', (reason, id) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`));
+    await connection.connect();
+    logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${connection.sessionId})`);
+    return connection;
+  },
+};
+
+export const ownsConnectionProvider: Provider = {
+  provide: OWNS_CONNECTION,
+  inject: [ZK_LOCK_MODULE_OPTIONS],
+  useFactory: (options: ZkLockModuleOptions) => !isExternal(options),
+};
+
+export const engineProvider: Provider = {
+  provide: LockEngine,
+  inject: [ZkConnection, ZK_LOCK_MODULE_OPTIONS],
+  useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) =>
+    new LockEngine(connection, { basePath: options.basePath, app: options.app, instance: options.instance }),
+};

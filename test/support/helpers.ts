@@ -1,0 +1,100 @@
+import { randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.js';
+import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
+import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
+import { ZkSession } from '../../lib/core/zk-session.js';
+
+/** The ZooKeeper the Jest global setup started (or ZK_CONNECT from the environment). */
+export function zkConnectString(): string {
+  const value = process.env.ZK_CONNECT;
+  if (!value) throw new Error('ZK_CONNECT is not set: run the tests through Jest (its global setup starts ZooKeeper)');
+  return value;
+}
+
+/** A fresh lock path no other test uses. */
+export function uniquePath(label = 'test'): string {
+  return `/it/${label}-${randomUUID().slice(0, 8)}`;
+}
+
+const opened: ZkConnection[] = [];
+
+/** A connected ZkConnection, closed by `closeAll()`. */
+export async function connect(options: Partial<ZkConnectionOptions> = {}): Promise<ZkConnection> {
+  const connection = new ZkConnection({ connectString: zkConnectString(), sessionTimeoutMs: 4000, ...options });
+  opened.push(connection);
+  await connection.connect();
+  return connection;
+}
+
+export async function engine(options: Partial<ZkConnectionOptions> = {}, engineOptions: LockEngineOptions = {}): Promise<LockEngine> {
+  return new LockEngine(await connect(options), { app: 'jest', ...engineOptions });
+}
+
+export async function closeAll(): Promise<void> {
+  await Promise.all(opened.splice(0).map((c) => c.close()));
+}
+
+/** Resolves with the event's arguments, or rejects after `timeoutMs`. */
+export async function nextEvent<K extends keyof ConnectionEvents>(
+  connection: ZkConnection,
+  event: K,
+  timeoutMs = 30_000,
+): Promise<ConnectionEvents[K]> {
+  return (await once(connection as never, event as string, { signal: AbortSignal.timeout(timeoutMs) })) as ConnectionEvents[K];
+}
+
+/**
+ * Polls `probe` (a ZooKeeper read, say) until it returns true; for conditions the server reaches on
+ * its own clock, like container reaping. Generous bound, short steps.
+ */
+export async function eventually(probe: () => Promise<boolean> | boolean, timeoutMs = 30_000, stepMs = 100): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    if (await probe()) return;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await new Promise((r) => setTimeout(r, stepMs));
+  }
+}
+
+/**
+ * Closes `session` on the server from a second client that attaches to it by id and password, the
+ * way ZooKeeper's own tests expire a session. The victim must be kept off the server meanwhile
+ * (e.g. behind a cut TcpProxy), or it moves the session back.
+ */
+export async function killSession(sessionId: string, password: string): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('killSession: could not attach to the session')), 20_000);
+    const session: ZkSession = new ZkSession(
+      { connectString: zkConnectString(), sessionTimeoutMs: 4000, sessionId, sessionPassword: password },
+      {
+        onConnected: () => {
+          clearTimeout(timer);
+          // Not from inside the native callback: the binding is still using the handle.
+          setImmediate(() => {
+            session.close();
+            resolve();
+          });
+        },
+        onConnecting: () => undefined,
+        onClosed: () => {
+          clearTimeout(timer);
+          resolve(); // already expired
+        },
+      },
+    );
+  });
+}
+
+export async function childrenOf(connection: ZkConnection, path: string): Promise<string[]> {
+  try {
+    return (await connection.session!.getChildren(path)).children;
+  } catch (error) {
+    if ((error as { codeName?: string }).codeName === 'NONODE') return [];
+    throw error;
+  }
+}
+
+export async function exists(connection: ZkConnection, path: string): Promise<boolean> {
+  return (await connection.session!.exists(path)) !== null;
+}
