@@ -10,6 +10,17 @@ export interface LockEngineOptions extends HolderIdentity {
   basePath?: string;
 }
 
+/** Validates the engine's options; returns the base path. */
+export function validateEngineOptions(options: LockEngineOptions): string {
+  const basePath = options.basePath ?? '/locks';
+  const problem = typeof basePath === 'string' ? validateZkPath(basePath) : 'must be a string';
+  if (problem) throw new InvalidOptionError('basePath', `${JSON.stringify(basePath)} ${problem}`);
+  for (const key of ['app', 'instance'] as const) {
+    if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
+  }
+  return basePath;
+}
+
 /** Something that must hear when its session is gone (held leases, waiting acquirers). */
 export interface SessionBound {
   readonly session: ZkSession;
@@ -32,10 +43,7 @@ export class LockEngine {
     readonly connection: ZkConnection,
     private readonly identity: LockEngineOptions = {},
   ) {
-    const basePath = identity.basePath ?? '/locks';
-    const problem = typeof basePath === 'string' ? validateZkPath(basePath) : 'must be a string';
-    if (problem) throw new InvalidOptionError('basePath', `${JSON.stringify(basePath)} ${problem}`);
-    this.basePath = basePath;
+    this.basePath = validateEngineOptions(identity);
     connection.on('lost', (reason) => this.sessionGone(reason));
     connection.on('closed', () => this.sessionGone('connection-closed'));
   }

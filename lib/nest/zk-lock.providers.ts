@@ -1,6 +1,6 @@
 import { Logger, type Provider } from '@nestjs/common';
 import { InvalidOptionError } from '../core/errors.js';
-import { LockEngine } from '../core/lock-engine.js';
+import { LockEngine, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
@@ -20,6 +20,7 @@ export const connectionProvider: Provider = {
   inject: [ZK_LOCK_MODULE_OPTIONS],
   useFactory: async (options: ZkLockModuleOptions): Promise<ZkConnection> => {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
+    validateEngineOptions(options); // every option is checked before we try to connect
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
     connection.on('connected', (id) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`));

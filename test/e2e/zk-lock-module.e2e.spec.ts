@@ -1,0 +1,130 @@
+import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { ConfigModule, ConfigService } from '@nestjs/config';
+import { Test } from '@nestjs/testing';
+import { InvalidOptionError, ZkConnectError } from '../../lib/core/errors.js';
+import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { LockService } from '../../lib/nest/lock.service.js';
+import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
+import type { ZkLockModuleOptions, ZkLockOptionsFactory } from '../../lib/nest/zk-lock-module-options.interface.js';
+import { childrenOf, closeAll, connect, zkConnectString } from '../support/helpers.js';
+import { fourLetter } from '../support/zk-server.js';
+
+async function boot(imports: unknown[]): Promise<INestApplicationContext> {
+  const moduleRef = await Test.createTestingModule({ imports: imports as never[] }).compile();
+  moduleRef.useLogger(false);
+  return moduleRef.init();
+}
+
+/** The sessions the server has open connections for (4lw `cons`). */
+async function serverSessions(): Promise<string> {
+  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
+  return fourLetter(port, 'cons');
+}
+
+afterAll(closeAll);
+
+describe('ZkLockModule', () => {
+  it('boots with forRoot, injects LockService and reports the connection state', async () => {
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString(), app: 'e2e' })]);
+    const locks = app.get(LockService);
+    const connection = app.get(ZkConnection);
+    expect(connection.state).toBe('connected');
+    expect(locks.state).toBe('connected');
+    expect(connection.sessionId).toMatch(/^[0-9a-f]+$/);
+    const path = await locks.withLock('e2e-forroot', (lease) => lease.path);
+    expect(path).toMatch(/^\/locks\/e2e-forroot\/_c_/);
+    await app.close();
+    expect(connection.state).toBe('closed');
+  });
+
+  it('boots with forRootAsync from ConfigService', async () => {
+    const app = await boot([
+      ZkLockModule.forRootAsync({
+        imports: [ConfigModule.forRoot({ ignoreEnvFile: true, load: [() => ({ zk: { connect: zkConnectString(), base: '/e2e-config' } })] })],
+        inject: [ConfigService],
+        useFactory: (config: ConfigService): ZkLockModuleOptions => ({
+          connectString: config.getOrThrow<string>('zk.connect'),
+          basePath: config.getOrThrow<string>('zk.base'),
+          sessionTimeoutMs: 5000,
+        }),
+      }),
+    ]);
+    const locks = app.get(LockService);
+    expect(locks.pathOf('job')).toBe('/e2e-config/job');
+    await expect(locks.withLock('job', () => 'ran')).resolves.toBe('ran');
+    await app.close();
+  });
+
+  it('boots with forRootAsync useClass, and isGlobal makes LockService injectable everywhere', async () => {
+    @Injectable()
+    class Options implements ZkLockOptionsFactory {
+      createZkLockOptions(): ZkLockModuleOptions {
+        return { connectString: zkConnectString() };
+      }
+    }
+    @Injectable()
+    class Billing {
+      constructor(readonly locks: LockService) {}
+    }
+    @Module({ providers: [Billing] })
+    class BillingModule {}
+
+    const app = await boot([ZkLockModule.forRootAsync({ useClass: Options, isGlobal: true }), BillingModule]);
+    expect(app.get(Billing).locks).toBeInstanceOf(LockService);
+    await app.close();
+  });
+
+  it('fails the bootstrap within connectTimeoutMs when nothing listens, naming the connect string', async () => {
+    const started = Date.now();
+    const error = await boot([ZkLockModule.forRoot({ connectString: '127.0.0.1:1', connectTimeoutMs: 1500 })]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(ZkConnectError);
+    expect((error as ZkConnectError).reason).toBe('unreachable');
+    expect((error as Error).message).toContain('127.0.0.1:1');
+    expect(Date.now() - started).toBeLessThan(10_000);
+  });
+
+  it.each([
+    [{ connectString: '' }, 'connectString'],
+    [{ connectString: '127.0.0.1:2181', sessionTimeoutMs: -5 }, 'sessionTimeoutMs'],
+    [{ connectString: '127.0.0.1:2181', chroot: 'no-slash' }, 'chroot'],
+    [{ connectString: '127.0.0.1:2181', basePath: 'locks' }, 'basePath'],
+  ])('rejects invalid options %j at bootstrap, naming %s', async (options, option) => {
+    const error = await boot([ZkLockModule.forRoot(options as ZkLockModuleOptions)]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidOptionError);
+    expect((error as InvalidOptionError).option).toBe(option);
+  });
+
+  it('on shutdown releases held locks, then closes its session', async () => {
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString() })]);
+    const locks = app.get(LockService);
+    const sessionId = app.get(ZkConnection).sessionId!;
+    const lease = await locks.mutex('e2e-shutdown').acquire();
+    const observer = await connect();
+    expect(await childrenOf(observer, '/locks/e2e-shutdown')).toHaveLength(1);
+    expect(await serverSessions()).toContain(`sid=0x${sessionId}`);
+
+    await app.close();
+    expect(lease.isHeld).toBe(false);
+    expect(await childrenOf(observer, '/locks/e2e-shutdown')).toEqual([]);
+    expect(await serverSessions()).not.toContain(`sid=0x${sessionId}`);
+  });
+
+  it('does not close a connection it was handed', async () => {
+    const connection = await connect();
+    const app = await boot([ZkLockModule.forRoot({ connection })]);
+    await expect(app.get(LockService).withLock('e2e-external', () => 1)).resolves.toBe(1);
+    await app.close();
+    expect(connection.state).toBe('connected');
+  });
+
+  it('refuses acquires once shutdown began, with a typed error', async () => {
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString() })]);
+    const locks = app.get(LockService);
+    const holder = await locks.mutex('e2e-closing').acquire();
+    const waiter = locks.mutex('e2e-closing').acquire({ waitMs: 30_000 });
+    const closing = app.close();
+    await expect(waiter).rejects.toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
+    await closing;
+    expect(holder.isHeld).toBe(false);
+  });
+});
