@@ -28,7 +28,6 @@ export const connectionProvider: Provider = {
     connection.on('reconnected', (id) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`));
     connection.on('lost', (reason, id) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`));
     await connection.connect();
-    logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${connection.sessionId})`);
     return connection;
   },
 };
