@@ -1,22 +1,12 @@
-// Jest runs in native ESM mode (the package is "type": "module"); @swc/jest compiles TypeScript
-// with legacy decorators and decorator metadata, as Nest needs.
+// Jest runs in native ESM mode (the package is "type": "module"); ts-jest compiles TypeScript
+// without type-checking (tsc does that in the build), keeping decorators and their metadata.
 /** @type {import('jest').Config} */
 export default {
   testEnvironment: 'node',
   extensionsToTreatAsEsm: ['.ts'],
   moduleNameMapper: { '^(\\.{1,2}/.*)\\.js$': '$1' },
   transform: {
-    '^.+\\.ts$': [
-      '@swc/jest',
-      {
-        jsc: {
-          target: 'es2022',
-          parser: { syntax: 'typescript', decorators: true },
-          transform: { legacyDecorator: true, decoratorMetadata: true, useDefineForClassFields: false },
-        },
-        module: { type: 'es6' },
-      },
-    ],
+    '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, tsconfig: 'tsconfig.json' }],
   },
   testMatch: ['<rootDir>/test/**/*.spec.ts'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
