@@ -1,5 +1,4 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,8 +9,9 @@ const SCRIPT = fileURLToPath(new URL('../scripts/zookeeper.sh', import.meta.url)
 export async function withZooKeeper(work) {
   if (process.env.ZK_CONNECT) return work(process.env.ZK_CONNECT);
   execFileSync('bash', [SCRIPT, 'install'], { stdio: 'inherit' });
-  const dir = mkdtempSync(join(tmpdir(), 'nestjs-zk-lock-bench.'));
-  const connect = execFileSync('bash', [SCRIPT, 'start', '--dir', dir], { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim().split('\n').pop();
+  // A path that does not exist yet: the script creates it and removes it again on stop.
+  const dir = join(tmpdir(), `nestjs-zk-lock-bench.${process.pid}.${Date.now()}`);
+  const connect = execFileSync('bash', [SCRIPT, 'start', '--dir', dir, '--owner-pid', String(process.pid)], { stdio: ['ignore', 'pipe', 'inherit'] }).toString().trim().split('\n').pop();
   try {
     return await work(connect);
   } finally {

@@ -1,7 +1,6 @@
 // `npm run demo`: makes sure a ZooKeeper is there (a throw-away standalone one unless ZK_CONNECT
 // is set), runs the sample app against it, and stops what it started.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -12,7 +11,7 @@ let connect = process.env.ZK_CONNECT;
 let dir;
 if (!connect) {
   execFileSync('bash', [script, 'install'], { stdio: 'inherit' });
-  dir = mkdtempSync(join(tmpdir(), 'nestjs-zk-lock-demo.'));
+  dir = join(tmpdir(), `nestjs-zk-lock-demo.${process.pid}.${Date.now()}`); // created (and removed) by the script
   connect = execFileSync('bash', [script, 'start', '--dir', dir, '--owner-pid', String(process.pid)], {
     stdio: ['ignore', 'pipe', 'inherit'],
   })
