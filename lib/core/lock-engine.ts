@@ -34,8 +34,12 @@ export interface SessionBound {
  * the registry of live leases (told when their session goes) and background clean-ups (awaited on close).
  * @publicApi
  */
+let engines = 0;
+
 export class LockEngine {
   readonly basePath: string;
+  /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
+  readonly id = ++engines;
   private readonly bound = new Set<SessionBound>();
   private readonly cleanups = new Set<Promise<unknown>>();
 
@@ -46,6 +50,17 @@ export class LockEngine {
     this.basePath = validateEngineOptions(identity);
     connection.on('lost', (reason) => this.sessionGone(reason));
     connection.on('closed', () => this.sessionGone('connection-closed'));
+  }
+
+  private readonly warningListeners = new Set<(message: string) => void>();
+  /** Listens for problems worth an operator's attention that are not errors of the caller. */
+  onWarning(listener: (message: string) => void): () => void {
+    this.warningListeners.add(listener);
+    return () => this.warningListeners.delete(listener);
+  }
+  warn(message: string): void {
+    if (this.warningListeners.size === 0) process.emitWarning(message, 'ZkLockWarning');
+    for (const listener of this.warningListeners) listener(message);
   }
 
   /** Fresh holder data for a new node (created-at changes per node). */

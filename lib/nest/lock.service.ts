@@ -4,6 +4,10 @@ import type { Lease } from '../core/lease.js';
 import { LockEngine } from '../core/lock-engine.js';
 import { resolveLockPath } from '../core/lock-path.js';
 import { Mutex, type MutexOptions } from '../core/mutex.js';
+import { MultiLock } from '../core/multi-lock.js';
+import type { Lockable } from '../core/lock-recipe.js';
+import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
+import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
 import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
 
 /**
@@ -21,6 +25,27 @@ export class LockService {
   /** A mutex (reentrant and fair unless told otherwise). Cheap: create one per use if you like. */
   mutex(name: string, options?: MutexOptions): Mutex {
     return new Mutex(this.engine, name, resolveLockPath(this.engine.basePath, name), options);
+  }
+
+  /**
+   * A counting semaphore (Curator InterProcessSemaphoreV2 layout). Every participant must use the
+   * same `permits`. With `permits: 1` it is Curator's non-reentrant InterProcessSemaphoreMutex.
+   */
+  semaphore(name: string, options: SemaphoreOptions): Semaphore {
+    return new Semaphore(this.engine, name, resolveLockPath(this.engine.basePath, name), options);
+  }
+
+  /** A read-write lock with `.read` and `.write` halves (Curator InterProcessReadWriteLock layout). */
+  readWriteLock(name: string, options?: ReadWriteLockOptions): ReadWriteLock {
+    return new ReadWriteLock(this.engine, name, resolveLockPath(this.engine.basePath, name), options);
+  }
+
+  /**
+   * All of `members` or none (mutexes, read/write halves, semaphores, by name or as objects),
+   * taken in one canonical order so overlapping multi-locks never deadlock. A string is a mutex.
+   */
+  multiLock(members: readonly (string | Lockable)[]): MultiLock {
+    return new MultiLock(members.map((m) => (typeof m === 'string' ? this.mutex(m) : m)));
   }
 
   /** Acquires the mutex `name`, runs `fn` with the lease, releases in `finally`. */

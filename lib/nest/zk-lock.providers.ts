@@ -41,6 +41,9 @@ export const ownsConnectionProvider: Provider = {
 export const engineProvider: Provider = {
   provide: LockEngine,
   inject: [ZkConnection, ZK_LOCK_MODULE_OPTIONS],
-  useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) =>
-    new LockEngine(connection, { basePath: options.basePath, app: options.app, instance: options.instance }),
+  useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) => {
+    const engine = new LockEngine(connection, { basePath: options.basePath, app: options.app, instance: options.instance });
+    engine.onWarning((message) => logger.warn(message));
+    return engine;
+  },
 };

@@ -1,0 +1,74 @@
+import { CountedLease, ReentrantHandle } from './counted-lease.js';
+import { LockNotAcquiredError } from './errors.js';
+import { validateAcquireOptions } from './acquire-options.js';
+import type { LockEngine } from './lock-engine.js';
+import { LockContext } from './lock-context.js';
+import type { AcquireOptions } from './lock-queue.js';
+import type { Lease } from './lease.js';
+
+/** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */
+export interface Lockable {
+  readonly name: string;
+  readonly path: string;
+  /** Identifies the lock kind on its path, e.g. "mutex", "read", "write", "semaphore" (canonical multi-lock order). */
+  readonly kind: string;
+  acquire(options?: AcquireOptions): Promise<Lease>;
+  /** One try: the lease, or null when the lock is not free. */
+  tryAcquire(): Promise<Lease | null>;
+  /** Acquires, runs `fn` with the lease (re-entrant inside it), releases in `finally`. */
+  withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>;
+}
+
+/**
+ * The part every recipe shares: option checks, re-entrancy by async call chain, try-once and
+ * run-in-lock. A recipe supplies `acquireNew`, which takes a fresh hold on ZooKeeper.
+ */
+export abstract class LockRecipe implements Lockable {
+  abstract readonly kind: string;
+
+  constructor(
+    protected readonly engine: LockEngine,
+    readonly name: string,
+    readonly path: string,
+    protected readonly reentrant: boolean,
+  ) {}
+
+  protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
+
+  /** The key under which a call chain's hold on this lock is recorded (per connection). */
+  get contextKey(): string {
+    return this.keyFor(this.kind);
+  }
+
+  protected keyFor(kind: string): string {
+    return `${this.engine.id}:${kind}:${this.path}`;
+  }
+
+  async acquire(options: AcquireOptions = {}): Promise<Lease> {
+    validateAcquireOptions(options);
+    if (this.reentrant) {
+      const held = LockContext.heldByChain(this.contextKey);
+      if (held instanceof ReentrantHandle && held.isHeld) return held.reenter();
+    }
+    const lease = await this.acquireNew(options);
+    return this.reentrant ? new CountedLease(lease).handle() : lease;
+  }
+
+  async tryAcquire(): Promise<Lease | null> {
+    try {
+      return await this.acquire({ waitMs: 0 });
+    } catch (error) {
+      if (error instanceof LockNotAcquiredError && error.reason === 'timeout') return null;
+      throw error;
+    }
+  }
+
+  async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    const lease = await this.acquire(options);
+    try {
+      return await LockContext.run(this.contextKey, lease, () => fn(lease));
+    } finally {
+      await lease.release();
+    }
+  }
+}

@@ -1,0 +1,80 @@
+import { LockNotAcquiredError, LockUsageError } from './errors.js';
+import { validateAcquireOptions } from './acquire-options.js';
+import { LockContext } from './lock-context.js';
+import type { AcquireOptions } from './lock-queue.js';
+import type { Lockable } from './lock-recipe.js';
+import type { Lease } from './lease.js';
+import { LeaseGroup, releaseAll } from './multi-lease.js';
+
+/**
+ * All of several locks or none, under one overall deadline. Members are taken in one canonical
+ * order (by path, then kind) whatever order the caller gave, so two multi-locks over overlapping
+ * sets never deadlock; on failure what was taken is released in reverse.
+ * @publicApi
+ */
+export class MultiLock implements Lockable {
+  readonly kind = 'multi';
+  readonly members: readonly Lockable[];
+
+  constructor(members: readonly Lockable[]) {
+    if (!Array.isArray(members) || members.length === 0) throw new LockUsageError('A multi-lock needs at least one member');
+    const keyed = members.map((m) => ({ m, key: `${m.path}\u0000${m.kind}` }));
+    keyed.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    for (let i = 1; i < keyed.length; i++) {
+      if (keyed[i]!.m.path === keyed[i - 1]!.m.path) {
+        throw new LockUsageError(`A multi-lock cannot take ${keyed[i]!.m.path} twice`);
+      }
+    }
+    this.members = keyed.map((k) => k.m);
+  }
+
+  get name(): string {
+    return this.members.map((m) => m.name).join(' + ');
+  }
+
+  get path(): string {
+    return this.members.map((m) => m.path).join(',');
+  }
+
+  async acquire(options: AcquireOptions = {}): Promise<Lease> {
+    validateAcquireOptions(options);
+    const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
+    const leases: Lease[] = [];
+    try {
+      for (const member of this.members) {
+        const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, deadline - Date.now());
+        leases.push(await member.acquire({ waitMs, signal: options.signal }));
+      }
+    } catch (error) {
+      await releaseAll(leases).catch(() => undefined);
+      throw error;
+    }
+    return new LeaseGroup(this.name, leases);
+  }
+
+  async tryAcquire(): Promise<Lease | null> {
+    try {
+      return await this.acquire({ waitMs: 0 });
+    } catch (error) {
+      if (error instanceof LockNotAcquiredError && error.reason === 'timeout') return null;
+      throw error;
+    }
+  }
+
+  async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    const group = (await this.acquire(options)) as LeaseGroup;
+    try {
+      // Each member counts as held by this call chain (nested acquires re-enter).
+      const run = this.members.reduceRight<() => Promise<T>>(
+        (inner, member, i) => () => {
+          const key = (member as { contextKey?: string }).contextKey;
+          return key ? LockContext.run(key, group.leases[i]!, inner) : inner();
+        },
+        async () => fn(group),
+      );
+      return await run();
+    } finally {
+      await group.release();
+    }
+  }
+}
