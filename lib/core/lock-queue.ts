@@ -118,12 +118,16 @@ class QueueWaiter {
         // Our node or its session went away while we waited: queue again in the current session.
       }
     } catch (error) {
+      // Like Curator, reject only once our node is deleted, unless that needs a reconnect.
+      if (this.cleanup) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
       if (error === CANCELLED) throw this.notAcquired();
       throw error;
     } finally {
       this.disposeCancel();
     }
   }
+
+  private cleanup: Promise<unknown> | undefined;
 
   private notAcquired(): LockNotAcquiredError {
     const { reason, error } = this.cancel!;
@@ -176,7 +180,8 @@ class QueueWaiter {
       }
     } catch (error) {
       // Whatever made us give up, the node must not stay behind.
-      this.engine.background(path ? this.engine.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix));
+      this.cleanup = path ? this.engine.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
+      this.engine.background(this.cleanup);
       throw error;
     }
   }
@@ -343,3 +348,12 @@ interface Created {
 }
 
 const CANCELLED = Symbol('cancelled');
+
+/** How long a giving-up acquire waits for its node's delete before rejecting (it goes on after). */
+const CLEANUP_WAIT_MS = 2_000;
+
+async function settleWithin(work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([work.catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
+  clearTimeout(timer);
+}

@@ -38,7 +38,6 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private current: ZkSession | undefined;
   private currentState: ConnectionState = 'connecting';
   private lostTimer: NodeJS.Timeout | undefined;
-  private reopenTimer: NodeJS.Timeout | undefined;
   private generation = 0;
   private firstConnect: Promise<void> | undefined;
 
@@ -115,7 +114,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private async openFirstSession(): Promise<void> {
     const { connectTimeoutMs } = this.options;
-    const session = this.openSession();
+    this.openSession();
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
@@ -134,8 +133,10 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     } finally {
       clearTimeout(timer);
     }
-    if (session !== this.current) return; // lost and replaced during the race; still connected
   }
+
+  /** Sessions that were connected at least once (only their end is a loss). */
+  private readonly connectedSessions = new WeakSet<ZkSession>();
 
   /** Set when a session fails for a reason worth reporting (auth, chroot) before the first connect. */
   private failure: ZkConnectError | undefined;
@@ -152,6 +153,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
           if (!isCurrent()) return;
           if (!everConnected) {
             everConnected = true;
+            this.connectedSessions.add(session);
             void this.prepareSession(session, isCurrent);
           } else {
             this.clearLostTimer();
@@ -218,8 +220,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.clearLostTimer();
     const sessionId = session.id;
     session.close();
-    if (this.currentState === 'connecting') {
-      // Never connected: nothing was lost, keep trying within the caller's timeout.
+    if (!this.connectedSessions.has(session)) {
+      // Never connected: nothing was lost, keep trying.
       this.openSession();
       return;
     }
@@ -242,6 +244,5 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private clearTimers(): void {
     this.clearLostTimer();
-    clearTimeout(this.reopenTimer);
   }
 }

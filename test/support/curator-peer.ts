@@ -174,6 +174,11 @@ interface Pending {
   timer: NodeJS.Timeout | undefined;
 }
 
+const CLOSE_FDS_AND_EXEC = `for fd in /proc/$$/fd/*; do fd=\${fd##*/}
+  if [ "$fd" -gt 2 ] 2>/dev/null && [ -L "/proc/$$/fd/$fd" ]; then eval "exec $fd>&-"; fi
+done
+exec "$@"`;
+
 /** Default time for a reply to a non-blocking command. */
 const QUICK_REPLY_MS = 30_000;
 /** Added to an acquire's own timeout before its reply counts as lost. */
@@ -230,7 +235,13 @@ export class CuratorPeer {
       'CuratorPeer',
       connectString,
     ];
-    const child = spawn(JAVA, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    // Through bash, which closes every inherited fd above 2 and then execs java (so the pid is the
+    // JVM's; dash cannot close fds above 9). The zookeeper C client's sockets are not close-on-exec,
+    // and while a child holds a copy of one our connection cannot reconnect (reported as a library
+    // bug): the peer must not change how our client behaves.
+    const child = existsSync('/proc/self/fd') && existsSync('/bin/bash')
+      ? spawn('/bin/bash', ['-c', CLOSE_FDS_AND_EXEC, 'curator-peer', JAVA, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
+      : spawn(JAVA, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     live.add(child);
     if (!exitHookInstalled) {
       exitHookInstalled = true;
