@@ -17,6 +17,8 @@ export interface Lockable {
   tryAcquire(): Promise<Lease | null>;
   /** Acquires, runs `fn` with the lease (re-entrant inside it), releases in `finally`. */
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>;
+  /** Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
+  runHolding<T>(lease: Lease, fn: () => T): T;
 }
 
 /**
@@ -66,9 +68,13 @@ export abstract class LockRecipe implements Lockable {
   async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
     const lease = await this.acquire(options);
     try {
-      return await LockContext.run(this.contextKey, lease, () => fn(lease));
+      return await this.runHolding(lease, () => fn(lease));
     } finally {
       await lease.release();
     }
+  }
+
+  runHolding<T>(lease: Lease, fn: () => T): T {
+    return LockContext.run(this.contextKey, lease, fn);
   }
 }

@@ -1,6 +1,5 @@
 import { LockNotAcquiredError, LockUsageError } from './errors.js';
 import { validateAcquireOptions } from './acquire-options.js';
-import { LockContext } from './lock-context.js';
 import type { AcquireOptions } from './lock-queue.js';
 import type { Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
@@ -62,19 +61,18 @@ export class MultiLock implements Lockable {
   }
 
   async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
-    const group = (await this.acquire(options)) as LeaseGroup;
+    const group = await this.acquire(options);
     try {
-      // Each member counts as held by this call chain (nested acquires re-enter).
-      const run = this.members.reduceRight<() => Promise<T>>(
-        (inner, member, i) => () => {
-          const key = (member as { contextKey?: string }).contextKey;
-          return key ? LockContext.run(key, group.leases[i]!, inner) : inner();
-        },
-        async () => fn(group),
-      );
-      return await run();
+      return await this.runHolding(group, () => fn(group));
     } finally {
       await group.release();
     }
+  }
+
+  /** Each member counts as held by the call chain (nested acquires re-enter). */
+  runHolding<T>(lease: Lease, fn: () => T): T {
+    const leases = (lease as LeaseGroup).leases;
+    const run = this.members.reduceRight<() => T>((inner, member, i) => () => member.runHolding(leases[i]!, inner), fn);
+    return run();
   }
 }

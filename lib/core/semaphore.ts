@@ -40,7 +40,8 @@ export class Semaphore extends LockRecipe {
   constructor(engine: LockEngine, name: string, path: string, options: SemaphoreOptions) {
     super(engine, name, path, false);
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('permits', 'expected { permits: number }');
-    this.permits = positiveInteger(options.permits, 'permits', Number.NaN);
+    if (options.permits === undefined) throw new InvalidOptionError('permits', 'is required');
+    this.permits = positiveInteger(options.permits, 'permits', 1);
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
     this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false });
     const leasesPath = joinPath(path, 'leases');

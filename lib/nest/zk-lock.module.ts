@@ -1,7 +1,9 @@
 import { Inject, Module, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
 import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from './lock.service.js';
+import { WithLockExplorer } from './with-lock.explorer.js';
 import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
 import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
 
@@ -11,7 +13,8 @@ import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProv
  * @publicApi
  */
 @Module({
-  providers: [connectionProvider, ownsConnectionProvider, engineProvider, LockService],
+  imports: [DiscoveryModule],
+  providers: [connectionProvider, ownsConnectionProvider, engineProvider, LockService, WithLockExplorer],
   exports: [ZkConnection, LockEngine, LockService],
 })
 export class ZkLockModule extends ZkLockConfigurableModule implements BeforeApplicationShutdown, OnApplicationShutdown {

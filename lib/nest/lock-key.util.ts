@@ -1,0 +1,37 @@
+import { InvalidLockNameError } from '../core/errors.js';
+
+/**
+ * A lock key: a name, a template over the method's arguments (`'order:{0.id}'`), or a function of
+ * the arguments returning a name or a list of names (a list is a multi-lock).
+ */
+export type LockKey = string | ((...args: any[]) => string | readonly string[]);
+
+const PLACEHOLDER = /\{(\d+)((?:\.[A-Za-z_$][\w$]*)*)\}/g;
+
+export function isTemplate(key: string): boolean {
+  return new RegExp(PLACEHOLDER.source).test(key);
+}
+
+/** The lock names for one call. */
+export function resolveLockNames(key: LockKey, args: readonly unknown[]): string[] {
+  if (typeof key === 'function') {
+    const result = key(...args);
+    const names = typeof result === 'string' ? [result] : Array.isArray(result) ? [...result] : undefined;
+    if (!names || names.length === 0 || names.some((n) => typeof n !== 'string')) {
+      throw new InvalidLockNameError(String(result), 'the @WithLock key function must return a name or a non-empty list of names');
+    }
+    return names;
+  }
+  return [renderTemplate(key, args)];
+}
+
+function renderTemplate(template: string, args: readonly unknown[]): string {
+  return template.replace(PLACEHOLDER, (_match, index: string, path: string) => {
+    let value: unknown = args[Number(index)];
+    for (const prop of path.split('.').slice(1)) value = value == null ? undefined : (value as Record<string, unknown>)[prop];
+    if (value === undefined || value === null || typeof value === 'object' || typeof value === 'function') {
+      throw new InvalidLockNameError(template, `placeholder {${index}${path}} has no usable value (got ${value === null ? 'null' : typeof value})`);
+    }
+    return String(value);
+  });
+}

@@ -1,0 +1,22 @@
+/** @publicApi */
+export interface WithLockOptions {
+  /** Which lock: a mutex (default), a read or write half, or a semaphore with `permits`. */
+  kind?: 'mutex' | 'read' | 'write' | 'semaphore';
+  /** For `kind: 'semaphore'`: the permit count (every participant must agree). */
+  permits?: number;
+  /** How long to wait for the lock: 0 (default) tries once. */
+  waitMs?: number;
+  /** Max hold time: the lease releases itself after it, and `LockContext.current().signal` aborts. */
+  leaseMs?: number;
+  /**
+   * When the lock is not acquired: `'throw'` a LockNotAcquiredError, `'skip'` the call (it resolves
+   * undefined, logged at debug level), or throw the error a function returns. Default: `'skip'` for
+   * scheduled jobs (@Cron, @Interval, @Timeout), `'throw'` everywhere else.
+   */
+  onLocked?: 'throw' | 'skip' | ((name: string) => Error);
+  /**
+   * Keep the lock at least this long after the call started, even when it finished sooner, so an
+   * instance whose clock fires the same tick a little later skips it (ShedLock's lockAtLeastFor).
+   */
+  minHoldMs?: number;
+}

@@ -1,0 +1,248 @@
+import { Inject, Logger } from '@nestjs/common';
+import { defer, isObservable, Observable } from 'rxjs';
+import { InvalidOptionError, LockNotAcquiredError, LockUsageError } from '../core/errors.js';
+import { optionalPositiveInteger, positiveInteger, describe } from '../core/connection-options.js';
+import type { Lockable } from '../core/lock-recipe.js';
+import type { Lease } from '../core/lease.js';
+import { copyMethodMetadata } from './copy-method-metadata.util.js';
+import { resolveLockNames, type LockKey } from './lock-key.util.js';
+import { LockService } from './lock.service.js';
+import type { WithLockOptions } from './with-lock-options.interface.js';
+
+/** Metadata on a decorated method: `{ key, options, label }` (read by the startup explorer). */
+export const WITH_LOCK_METADATA = Symbol.for('nestjs-zk-lock:with-lock');
+/** The property through which @WithLock gets LockService (property injection). */
+export const LOCK_SERVICE_PROPERTY = '__zkLockService';
+
+export interface WithLockMetadata {
+  key: LockKey;
+  options: WithLockOptions;
+  label: string;
+}
+
+const SCHEDULER_TYPE = 'SCHEDULER_TYPE'; // @nestjs/schedule's metadata key on @Cron/@Interval/@Timeout methods
+const logger = new Logger('WithLock');
+
+/**
+ * Runs the decorated method while holding a distributed lock. Wraps the method itself, so it
+ * works on controller handlers, `@Cron`/`@Interval`/`@Timeout` jobs, `@OnEvent` listeners, queue
+ * processors and any provider method, in either decorator order.
+ * @publicApi
+ */
+export function WithLock(key: LockKey, options: WithLockOptions = {}): MethodDecorator {
+  validateWithLockOptions(key, options);
+  const injectService = Inject(LockService);
+  return (target, propertyKey, descriptor: PropertyDescriptor) => {
+    const original = descriptor.value as unknown;
+    const label = `${(target as object).constructor.name}.${String(propertyKey)}`;
+    if (typeof original !== 'function') throw new LockUsageError(`@WithLock can only decorate methods (${label})`);
+    injectService(target, LOCK_SERVICE_PROPERTY);
+
+    const returnsObservable = Reflect.getMetadata('design:returntype', target, propertyKey) === Observable;
+    const isGenerator = original.constructor?.name === 'AsyncGeneratorFunction';
+    const call = (self: any, args: unknown[], wrapper: Function) => {
+      const service: unknown = self?.[LOCK_SERVICE_PROPERTY];
+      if (!(service instanceof LockService)) {
+        // Fail closed: never run unlocked.
+        throw new LockUsageError(
+          `@WithLock on ${label}: LockService was not injected. Create ${label.split('.')[0]} through Nest, ` +
+            'in a module that imports ZkLockModule (or make ZkLockModule global).',
+        );
+      }
+      return new LockedCall(service, original as (...a: unknown[]) => unknown, self, args, key, options, label, wrapper);
+    };
+
+    // Each flavour reports a failure the way its callers expect (rejection, error notification, throw).
+    let wrapper: Function;
+    if (returnsObservable) {
+      wrapper = function (this: unknown, ...args: unknown[]) {
+        return defer(() => call(this, args, wrapper).asObservable());
+      };
+    } else if (isGenerator) {
+      wrapper = async function* (this: unknown, ...args: unknown[]) {
+        return yield* call(this, args, wrapper).asAsyncGenerator();
+      };
+    } else {
+      wrapper = async function (this: unknown, ...args: unknown[]) {
+        return call(this, args, wrapper).asPromise();
+      };
+    }
+    copyMethodMetadata(original, wrapper);
+    Reflect.defineMetadata(WITH_LOCK_METADATA, { key, options, label } satisfies WithLockMetadata, wrapper);
+    descriptor.value = wrapper;
+    return descriptor;
+  };
+}
+
+/** One invocation of a decorated method. */
+class LockedCall {
+  private readonly started = Date.now();
+
+  constructor(
+    private readonly service: LockService,
+    private readonly original: (...args: unknown[]) => unknown,
+    private readonly self: unknown,
+    private readonly args: unknown[],
+    private readonly key: LockKey,
+    private readonly options: WithLockOptions,
+    private readonly label: string,
+    private readonly wrapper: Function,
+  ) {}
+
+  async asPromise(): Promise<unknown> {
+    const lockable = this.lockable();
+    const lease = await this.acquire(lockable);
+    if (!lease) return undefined;
+    try {
+      const result = await lockable.runHolding(lease, () => this.original.apply(this.self, this.args));
+      // An Observable that was not declared as the return type: hold until it finishes.
+      if (isObservable(result)) return this.holdUntilDone(lockable, lease, result);
+      return result;
+    } finally {
+      if (!this.holdingStream) this.release(lease);
+    }
+  }
+
+  asObservable(): Observable<unknown> {
+    return new Observable<unknown>((subscriber) => {
+      let lease: Lease | undefined;
+      let unsubscribed = false;
+      let inner: { unsubscribe(): void } | undefined;
+      const lockable = this.lockable();
+      this.acquire(lockable).then(
+        (acquired) => {
+          if (!acquired) return subscriber.complete(); // skipped
+          lease = acquired;
+          if (unsubscribed) return this.release(acquired);
+          try {
+            const source = lockable.runHolding(acquired, () => this.original.apply(this.self, this.args)) as Observable<unknown>;
+            inner = source.subscribe({
+              next: (value) => subscriber.next(value),
+              error: (error) => {
+                this.release(acquired);
+                subscriber.error(error);
+              },
+              complete: () => {
+                this.release(acquired);
+                subscriber.complete();
+              },
+            });
+          } catch (error) {
+            this.release(acquired);
+            subscriber.error(error);
+          }
+        },
+        (error) => subscriber.error(error),
+      );
+      return () => {
+        unsubscribed = true;
+        inner?.unsubscribe();
+        if (lease) this.release(lease);
+      };
+    });
+  }
+
+  async *asAsyncGenerator(): AsyncGenerator<unknown, unknown, unknown> {
+    const lockable = this.lockable();
+    const lease = await this.acquire(lockable);
+    if (!lease) return undefined;
+    try {
+      const generator = lockable.runHolding(lease, () => this.original.apply(this.self, this.args)) as AsyncGenerator<unknown>;
+      return yield* generator;
+    } finally {
+      this.release(lease);
+    }
+  }
+
+  private holdingStream = false;
+
+  private holdUntilDone(lockable: Lockable, lease: Lease, source: Observable<unknown>): Observable<unknown> {
+    this.holdingStream = true;
+    return new Observable((subscriber) => {
+      const inner = lockable.runHolding(lease, () =>
+        source.subscribe({
+          next: (v) => subscriber.next(v),
+          error: (e) => {
+            this.release(lease);
+            subscriber.error(e);
+          },
+          complete: () => {
+            this.release(lease);
+            subscriber.complete();
+          },
+        }),
+      );
+      return () => {
+        inner.unsubscribe();
+        this.release(lease);
+      };
+    });
+  }
+
+  private lockable(): Lockable {
+    const names = resolveLockNames(this.key, this.args);
+    const { kind = 'mutex', permits, leaseMs } = this.options;
+    const one = (name: string): Lockable => {
+      switch (kind) {
+        case 'read':
+          return this.service.readWriteLock(name, { leaseMs }).read;
+        case 'write':
+          return this.service.readWriteLock(name, { leaseMs }).write;
+        case 'semaphore':
+          return this.service.semaphore(name, { permits: permits!, leaseMs });
+        default:
+          return this.service.mutex(name, { leaseMs });
+      }
+    };
+    return names.length === 1 ? one(names[0]!) : this.service.multiLock(names.map(one));
+  }
+
+  /** The lease, or undefined when the call is skipped; throws per `onLocked`. */
+  private async acquire(lockable: Lockable): Promise<Lease | undefined> {
+    try {
+      return await lockable.acquire({ waitMs: this.options.waitMs ?? 0 });
+    } catch (error) {
+      if (!(error instanceof LockNotAcquiredError) || error.reason !== 'timeout') throw error;
+      const onLocked = this.options.onLocked ?? (this.isJob() ? 'skip' : 'throw');
+      if (onLocked === 'skip') {
+        logger.debug(`${this.label}: lock ${JSON.stringify(lockable.name)} is held elsewhere; skipped this call`);
+        return undefined;
+      }
+      if (typeof onLocked === 'function') throw onLocked(lockable.name);
+      throw error;
+    }
+  }
+
+  /** Releases now, or once `minHoldMs` has passed since the call started. */
+  private release(lease: Lease): void {
+    const remaining = (this.options.minHoldMs ?? 0) - (Date.now() - this.started);
+    if (remaining <= 0) void lease.release();
+    else setTimeout(() => void lease.release(), remaining).unref();
+  }
+
+  private isJob(): boolean {
+    return Reflect.getMetadata(SCHEDULER_TYPE, this.wrapper) !== undefined;
+  }
+}
+
+function validateWithLockOptions(key: unknown, options: WithLockOptions): void {
+  if (typeof key !== 'string' && typeof key !== 'function') {
+    throw new InvalidOptionError('key', `@WithLock needs a lock name, a template or a function, got ${describe(key)}`);
+  }
+  if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
+  const { kind = 'mutex', onLocked } = options;
+  if (!['mutex', 'read', 'write', 'semaphore'].includes(kind)) {
+    throw new InvalidOptionError('kind', `expected 'mutex', 'read', 'write' or 'semaphore', got ${describe(kind)}`);
+  }
+  if (kind === 'semaphore') {
+    if (options.permits === undefined) throw new InvalidOptionError('permits', "is required with kind: 'semaphore'");
+    positiveInteger(options.permits, 'permits', 1);
+  }
+  else if (options.permits !== undefined) throw new InvalidOptionError('permits', "only applies to kind: 'semaphore'");
+  if (options.waitMs !== undefined) positiveInteger(options.waitMs, 'waitMs', 0, 0);
+  optionalPositiveInteger(options.leaseMs, 'leaseMs');
+  if (options.minHoldMs !== undefined) positiveInteger(options.minHoldMs, 'minHoldMs', 0, 0);
+  if (onLocked !== undefined && onLocked !== 'throw' && onLocked !== 'skip' && typeof onLocked !== 'function') {
+    throw new InvalidOptionError('onLocked', `expected 'throw', 'skip' or a function, got ${describe(onLocked)}`);
+  }
+}

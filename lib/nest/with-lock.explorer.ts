@@ -1,0 +1,50 @@
+import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import { LockService } from './lock.service.js';
+import { isTemplate } from './lock-key.util.js';
+import { WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+
+/**
+ * At startup, finds every @WithLock method of the application's providers and controllers,
+ * validates static lock names (a bad name fails the bootstrap, not the first call) and logs an
+ * inventory. It does not wrap anything: the decorator already did.
+ */
+@Injectable()
+export class WithLockExplorer implements OnModuleInit {
+  private readonly logger = new Logger('WithLock');
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly locks: LockService,
+  ) {}
+
+  onModuleInit(): void {
+    const found = this.inventory();
+    for (const { label, key, options } of found) {
+      if (typeof key === 'string' && !isTemplate(key)) this.locks.pathOf(key); // throws InvalidLockNameError
+      this.logger.debug?.(`${label} → ${typeof key === 'string' ? key : 'key function'} (${options.kind ?? 'mutex'})`);
+    }
+    if (found.length > 0) this.logger.log(`${found.length} method(s) run under @WithLock: ${found.map((f) => f.label).join(', ')}`);
+  }
+
+  /** Every decorated method, once each. */
+  inventory(): WithLockMetadata[] {
+    const seen = new Set<Function>();
+    const out: WithLockMetadata[] = [];
+    for (const wrapper of [...this.discovery.getProviders(), ...this.discovery.getControllers()]) {
+      const instance = wrapper.instance as Record<string, unknown> | undefined;
+      if (!instance || typeof instance !== 'object') continue;
+      const prototype = Object.getPrototypeOf(instance) as object;
+      for (const name of this.scanner.getAllMethodNames(prototype)) {
+        const method = instance[name];
+        if (typeof method !== 'function' || seen.has(method)) continue;
+        const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
+        if (!metadata) continue;
+        seen.add(method);
+        out.push(metadata);
+      }
+    }
+    return out;
+  }
+}
