@@ -1,0 +1,142 @@
+import { spawn } from 'node:child_process';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Injectable, Module } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { Cron, ScheduleModule } from '@nestjs/schedule';
+import { WithLock } from '../../lib/nest/with-lock.decorator.js';
+import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
+import { zkConnectString } from '../support/helpers.js';
+
+const INSTANCE = fileURLToPath(new URL('./fixtures/cron-instance.mjs', import.meta.url));
+
+/** Runs per second, from "<second> <label>" lines. */
+function runsPerSecond(lines: string[]): Map<number, string[]> {
+  const bySecond = new Map<number, string[]>();
+  for (const line of lines) {
+    const [second, label] = line.split(' ');
+    bySecond.set(Number(second), [...(bySecond.get(Number(second)) ?? []), label!]);
+  }
+  return bySecond;
+}
+
+function startInstance(args: string[]): Promise<{ exited: Promise<number | null> }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [INSTANCE, ...args], {
+      env: { ...process.env, ZK_CONNECT: zkConnectString() },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    });
+    const exited = new Promise<number | null>((done) => child.on('exit', done));
+    child.stdout.once('data', () => resolve({ exited }));
+    child.on('error', reject);
+    child.on('exit', (code) => reject(new Error(`instance exited early (${code})`)));
+  });
+}
+
+describe('@WithLock on @Cron jobs across application instances', () => {
+  it.each(['lock-above', 'lock-below'])(
+    'runs exactly once per tick across 3 separate processes (@WithLock %s @Cron)',
+    async (order) => {
+      const dir = await mkdtemp(join(tmpdir(), 'zk-cron-'));
+      const runs = join(dir, 'runs');
+      const lockName = `cron-${order}-${process.pid}`;
+      try {
+        const instances = await Promise.all(['a', 'b', 'c'].map((label) => startInstance([runs, lockName, order, label, '5500'])));
+        await Promise.all(instances.map((i) => i.exited));
+        const bySecond = runsPerSecond((await readFile(runs, 'utf8')).trim().split('\n'));
+        // All three were up for at least ~4 whole ticks; every tick ran on exactly one of them.
+        expect(bySecond.size).toBeGreaterThanOrEqual(4);
+        for (const [, labels] of bySecond) expect(labels).toHaveLength(1);
+      } finally {
+        await rm(dir, { recursive: true, force: true });
+      }
+    },
+    60_000,
+  );
+
+  it('works the same in one process with instances in both decorator orders, and jobs skip quietly by default', async () => {
+    const runs: number[] = [];
+    const lockName = `cron-inproc-${process.pid}`;
+    @Injectable()
+    class Above {
+      @WithLock(lockName, { minHoldMs: 500 }) // default for jobs: skip
+      @Cron('* * * * * *')
+      run() {
+        runs.push(Math.round(Date.now() / 1000));
+      }
+    }
+    @Injectable()
+    class Below {
+      @Cron('* * * * * *')
+      @WithLock(lockName, { minHoldMs: 500 })
+      run() {
+        runs.push(Math.round(Date.now() / 1000));
+      }
+    }
+    const apps = await Promise.all(
+      [Above, Below, Above].map(async (job) => {
+        @Module({ imports: [ScheduleModule.forRoot(), ZkLockModule.forRoot({ connectString: zkConnectString() })], providers: [job] })
+        class AppModule {}
+        const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+        moduleRef.useLogger(false);
+        return moduleRef.createNestApplication().init();
+      }),
+    );
+    const started = Date.now();
+    while (new Set(runs).size < 4 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 100));
+    await Promise.all(apps.map((a) => a.close()));
+    const counts = [...runsPerSecond(runs.map((s) => `${s} x`)).values()].map((labels) => labels.length);
+    expect(counts.length).toBeGreaterThanOrEqual(4);
+    expect(counts.every((c) => c === 1)).toBe(true);
+  }, 60_000);
+});
+
+describe('the same jobs without @WithLock (control: the test above can fail)', () => {
+  it('run on every instance each tick', async () => {
+    const runs: number[] = [];
+    @Injectable()
+    class Unlocked {
+      @Cron('* * * * * *')
+      run() {
+        runs.push(Math.round(Date.now() / 1000));
+      }
+    }
+    const apps = await Promise.all(
+      [1, 2, 3].map(async () => {
+        @Module({ imports: [ScheduleModule.forRoot()], providers: [Unlocked] })
+        class AppModule {}
+        const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+        moduleRef.useLogger(false);
+        return moduleRef.createNestApplication().init();
+      }),
+    );
+    const started = Date.now();
+    while (new Set(runs).size < 3 && Date.now() - started < 20_000) await new Promise((r) => setTimeout(r, 100));
+    await Promise.all(apps.map((a) => a.close()));
+    const counts = [...runsPerSecond(runs.map((s) => `${s} x`)).values()].map((labels) => labels.length);
+    expect(Math.max(...counts)).toBe(3);
+  }, 60_000);
+});
+
+describe('@WithLock in a module that cannot see LockService', () => {
+  it('fails the bootstrap with a message naming the class and the missing LockService property', async () => {
+    @Injectable()
+    class Orphan {
+      @WithLock('orphan')
+      async run() {
+        return 1;
+      }
+    }
+    @Module({ providers: [Orphan] })
+    class OrphanModule {}
+    @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString() }), OrphanModule] })
+    class AppModule {}
+    const error = await Test.createTestingModule({ imports: [AppModule] })
+      .compile()
+      .catch((e: unknown) => e);
+    expect(String(error)).toMatch(/Nest can't resolve dependencies of the Orphan/);
+    expect(String(error)).toContain('__zkLockService');
+  });
+});
