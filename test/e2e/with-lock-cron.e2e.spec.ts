@@ -8,7 +8,9 @@ import { Test } from '@nestjs/testing';
 import { Cron, ScheduleModule } from '@nestjs/schedule';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { zkConnectString } from '../support/helpers.js';
+import { closeAll, connect, zkConnectString } from '../support/helpers.js';
+
+afterAll(closeAll);
 
 const INSTANCE = fileURLToPath(new URL('./fixtures/cron-instance.mjs', import.meta.url));
 
@@ -131,7 +133,9 @@ describe('@WithLock in a module that cannot see LockService', () => {
     }
     @Module({ providers: [Orphan] })
     class OrphanModule {}
-    @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString() }), OrphanModule] })
+    // A connection we close ourselves: the failed bootstrap never reaches the module's shutdown.
+    const connection = await connect();
+    @Module({ imports: [ZkLockModule.forRoot({ connection }), OrphanModule] })
     class AppModule {}
     const error = await Test.createTestingModule({ imports: [AppModule] })
       .compile()
