@@ -74,6 +74,7 @@ class QueueWaiter {
   private readonly tryOnce: boolean;
   /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
   private readonly barge: boolean;
+  private losses = 0;
 
   constructor(
     private readonly engine: LockEngine,
@@ -120,7 +121,8 @@ class QueueWaiter {
     } catch (error) {
       // Like Curator, reject only once our node is deleted, unless that needs a reconnect.
       if (this.cleanup) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
-      if (error === CANCELLED) throw this.notAcquired();
+      if (error instanceof ConnectionClosedError) this.cancel ??= { reason: 'connection', error };
+      if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.notAcquired();
       throw error;
     } finally {
       this.disposeCancel();
@@ -170,10 +172,14 @@ class QueueWaiter {
           // Step out of the queue, wait for the current head to go, then race for it again.
           await this.untilCancelled(this.engine.deleteGuaranteed(session, path));
           path = undefined;
-          await this.waitFor(session, name, { holds: false, watch: sorted[0]!, holdsWhenGone: false });
+          await this.waitFor(session, undefined, { holds: false, watch: sorted[0]!, holdsWhenGone: false });
+          // A random pause before racing again breaks the symmetry between racers (and makes the
+          // order random); it grows with consecutive losses so transient nodes stop colliding.
+          this.losses++;
+          await this.untilCancelled(delay(Math.random() * Math.min(2 ** this.losses, 64)));
           return undefined;
         }
-        const next = await this.waitFor(session, name, verdict);
+        const next = await this.waitFor(session, path, verdict);
         if (next === 'holds') return this.held(session, path, name, listing);
         if (next === 'gone') return this.abandon(session, path);
         listing = next === 'relist' ? undefined : next;
@@ -274,7 +280,45 @@ class QueueWaiter {
    * Arms the verdict's watch and waits for it, for a reconnect or for the session to go.
    * Returns 'holds' (watched head deleted), a fresh listing (children watch), 'relist' or 'gone'.
    */
-  private async waitFor(session: ZkSession, name: string, verdict: Extract<Verdict, { holds: false }>): Promise<'holds' | 'relist' | 'gone' | Listing> {
+  /** Our node (per attempt) whose deletion we watch, and whether it is gone. */
+  private ownWatch: { path: string; gone: boolean } | undefined;
+
+  /**
+   * Before relying on "predecessor gone, so we hold", watch our own node too (pipelined, once per
+   * node): ZooKeeper delivers watch events in the order of the changes, so if someone deleted our
+   * node first we hear of it before the predecessor's deletion, and queue again instead.
+   */
+  private watchOwnNode(session: ZkSession, path: string): void {
+    if (this.ownWatch?.path === path) return;
+    const own = { path, gone: false };
+    this.ownWatch = own;
+    session
+      .exists(path, (event) => {
+        if (event.type === 'deleted') {
+          own.gone = true;
+          this.wake?.();
+        }
+      })
+      .then(
+        (stat) => {
+          if (stat === null) own.gone = true;
+        },
+        () => undefined, // connection trouble: the predecessor's watch fails the same way
+      );
+  }
+
+  private async waitFor(
+    session: ZkSession,
+    ourPath: string | undefined,
+    verdict: Extract<Verdict, { holds: false }>,
+  ): Promise<'holds' | 'relist' | 'gone' | Listing> {
+    const name = ourPath?.slice(ourPath.lastIndexOf('/') + 1);
+    const shortcut = 'watch' in verdict && verdict.holdsWhenGone && ourPath !== undefined;
+    if (shortcut && ourPath) this.watchOwnNode(session, ourPath);
+    const ownIntact = () => {
+      const own = this.ownWatch;
+      return !(own && own.path === ourPath && own.gone);
+    };
     let fired: WatchEventType | undefined;
     let resolveWake!: () => void;
     const woken = new Promise<void>((resolve) => (resolveWake = resolve));
@@ -301,7 +345,7 @@ class QueueWaiter {
       } catch (error) {
         if (isZkCode(error, ZkCode.NONODE)) {
           // Already gone: no need to wait (and no watch was left on a missing node).
-          return 'watch' in verdict && verdict.holdsWhenGone ? 'holds' : 'relist';
+          return shortcut && ownIntact() ? 'holds' : 'relist';
         }
         if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
           return (await this.untilCancelled(this.engine.sessionUsable(session))) ? 'relist' : 'gone';
@@ -311,13 +355,13 @@ class QueueWaiter {
       if (fresh) {
         // The children watch came with a listing: re-evaluate it before sleeping.
         const sorted = sortChildren(fresh.children, this.spec.sortMarkers);
-        const index = sorted.indexOf(name);
+        const index = name === undefined ? -1 : sorted.indexOf(name);
         if (index < 0 || this.spec.evaluate(sorted, index).holds) return fresh;
       }
       await woken;
       if (this.cancel) throw CANCELLED;
       if (connection.session !== session || session.isClosed) return 'gone';
-      if (fired === 'deleted' && 'watch' in verdict && verdict.holdsWhenGone) return 'holds';
+      if (fired === 'deleted' && shortcut && ownIntact()) return 'holds';
       if (connection.state !== 'connected' && !(await this.untilCancelled(this.engine.sessionUsable(session)))) return 'gone';
       return 'relist';
     } finally {
@@ -328,7 +372,10 @@ class QueueWaiter {
 
   /** Races `work` against cancellation; on cancellation throws CANCELLED (work goes on unobserved). */
   private async untilCancelled<T>(work: Promise<T>): Promise<T> {
-    if (this.cancel) throw CANCELLED;
+    if (this.cancel) {
+      work.catch(() => undefined);
+      throw CANCELLED;
+    }
     const result = await Promise.race([work, this.cancelled.then(() => CANCELLED)]);
     if (result === CANCELLED) {
       work.catch(() => undefined);
@@ -351,6 +398,10 @@ const CANCELLED = Symbol('cancelled');
 
 /** How long a giving-up acquire waits for its node's delete before rejecting (it goes on after). */
 const CLEANUP_WAIT_MS = 2_000;
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
 
 async function settleWithin(work: Promise<unknown>, ms: number): Promise<void> {
   let timer: NodeJS.Timeout | undefined;

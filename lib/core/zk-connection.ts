@@ -26,6 +26,7 @@ export interface ConnectionEvents {
 }
 
 const AUTH_FAILED_STATE = -113;
+const WATCHDOG_INTERVAL_MS = 250;
 const EXPIRED_SESSION_STATE = -112;
 
 /**
@@ -76,9 +77,13 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * Rejects with ZkConnectError after `connectTimeoutMs`. Calling it again returns the same promise.
    */
   connect(): Promise<void> {
-    this.firstConnect ??= this.openFirstSession();
+    if (!this.firstConnect) {
+      this.watchdog = setInterval(() => this.checkNativeState(), WATCHDOG_INTERVAL_MS).unref();
+      this.firstConnect = this.openFirstSession();
+    }
     return this.firstConnect;
   }
+  private watchdog: NodeJS.Timeout | undefined;
 
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
@@ -156,17 +161,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
             this.connectedSessions.add(session);
             void this.prepareSession(session, isCurrent);
           } else {
-            this.clearLostTimer();
-            this.setState('connected');
-            this.emit('reconnected', session.id);
+            this.resume(session);
           }
         },
         onConnecting: () => {
-          if (!isCurrent() || !everConnected || this.currentState !== 'connected') return;
-          this.setState('suspended');
-          this.emit('suspended');
-          // Past the session timeout the server has expired us (or will): say so before it does.
-          this.lostTimer = setTimeout(() => this.sessionLost(session, 'session-timeout'), session.timeoutMs);
+          if (!isCurrent() || !everConnected) return;
+          this.suspend(session);
         },
         onClosed: (code) => {
           if (!isCurrent()) return;
@@ -215,6 +215,32 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.emit('connected', session.id);
   }
 
+  private suspend(session: ZkSession): void {
+    if (session !== this.current || this.currentState !== 'connected') return;
+    this.setState('suspended');
+    this.emit('suspended');
+    // Past the session timeout the server has expired us (or will): say so before it does.
+    this.lostTimer = setTimeout(() => this.sessionLost(session, 'session-timeout'), session.timeoutMs);
+  }
+
+  private resume(session: ZkSession): void {
+    if (session !== this.current || this.currentState !== 'suspended') return;
+    this.clearLostTimer();
+    this.setState('connected');
+    this.emit('reconnected', session.id);
+  }
+
+  /**
+   * The native binding misses the "connecting" event when a request is sent on a socket the peer
+   * has just closed; the C client's own state still tells. Checked a few times per second.
+   */
+  private checkNativeState(): void {
+    const session = this.current;
+    if (!session || !this.connectedSessions.has(session)) return;
+    if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
+    else if (this.currentState === 'suspended' && session.isConnectedNatively) this.resume(session);
+  }
+
   private sessionLost(session: ZkSession, reason: SessionLostReason): void {
     if (session !== this.current || this.currentState === 'closed') return;
     this.clearLostTimer();
@@ -244,5 +270,6 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private clearTimers(): void {
     this.clearLostTimer();
+    clearInterval(this.watchdog);
   }
 }

@@ -76,6 +76,8 @@ export type WatchEventType = 'created' | 'deleted' | 'changed' | 'child' | 'sess
  */
 export type WatchListener = (event: { type: WatchEventType; path: string }) => void;
 
+const NATIVE_CONNECTED_STATE = 3;
+
 const WATCH_EVENT_TYPES: Record<number, WatchEventType> = {
   1: 'created',
   2: 'deleted',
@@ -148,6 +150,11 @@ export class ZkSession {
   /** The session timeout the server granted (the requested one until connected). */
   get timeoutMs(): number {
     return this.native.timeout;
+  }
+
+  /** The C client's own state: 3 when connected (see the connection's watchdog). */
+  get isConnectedNatively(): boolean {
+    return !this.closed && this.native.state === NATIVE_CONNECTED_STATE;
   }
 
   get isClosed(): boolean {

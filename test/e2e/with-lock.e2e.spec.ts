@@ -50,7 +50,7 @@ class EventsController {
     return new Observable((subscriber) => {
       let n = 0;
       const timer = setInterval(() => {
-        subscriber.next({ data: n++ });
+        subscriber.next({ data: String(n++) });
         if (n === 3) {
           clearInterval(timer);
           subscriber.complete();

@@ -1,0 +1,105 @@
+// The sample app's ticket sale (what `npm run demo` shows), smaller: three instances of the real
+// service on one SQLite file sell an event's seats to concurrent buyers, once with @WithLock and
+// once with LOCKS=off. The instances are separate processes started from here before this process
+// opens any ZooKeeper connection of its own (a child would inherit the client's sockets).
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Mutex } from '../../lib/core/mutex.js';
+import { resolveLockPath } from '../../lib/core/lock-path.js';
+import { build, getJson, http, ROOT, runScenario, startInstances, stopInstances, type Instance } from '../../sample-app/scenario.mjs';
+import { closeAll, engine, zkConnectString } from '../support/helpers.js';
+
+const basePath = `/sample-app-e2e-${process.pid}-${Date.now().toString(36)}/locks`;
+// A payment call of 40-80 ms: a window wide enough that the unlocked run oversells even on a busy machine.
+const env = { PAYMENT_MIN_MS: '40', PAYMENT_MAX_MS: '80' };
+let workDir: string;
+
+beforeAll(async () => {
+  workDir = await mkdtemp(join(tmpdir(), 'sample-app-e2e-'));
+  // The library normally comes from `npm run build` (npm test); the sample app is built here, as the demo does.
+  build({ library: !existsSync(join(ROOT, 'dist', 'index.js')), sampleApp: true });
+}, 120_000);
+
+afterAll(async () => {
+  await closeAll();
+  await rm(workDir, { recursive: true, force: true });
+});
+
+const scenario = { instances: 3, buyers: 60, seats: 20, concurrency: 20, minTicks: 3, basePath, env };
+
+describe('sample-app: the ticket sale on 3 instances', () => {
+  it('with @WithLock sells exactly the seats, and the cron job runs once per tick', async () => {
+    const run = await runScenario({ ...scenario, zkConnect: zkConnectString(), workDir, locks: true, lockWaitMs: 30_000 });
+    expect(run.otherSamples).toEqual([]);
+    expect(run).toMatchObject({ seats: 20, sold: 20, oversold: 0, ok: 20, conflict: 0, soldOut: 40, other: 0 });
+    expect(run.cron.ticksObserved).toBeGreaterThanOrEqual(2);
+    expect(run.cron.maxRunsPerTick).toBe(1);
+    // Mid-sale, GET /locks showed the event's lock held by one instance, others queued behind it.
+    const lock = run.lockSnapshot?.locks?.find((l) => l.name.startsWith('event:'));
+    expect(lock?.path).toBe(`${basePath}/${lock?.name}`);
+    expect(lock?.holder).toMatchObject({ app: 'ticket-sale', instance: expect.stringMatching(/^instance-[123]$/) });
+    expect(lock?.waiting.length).toBeGreaterThan(0);
+  }, 90_000);
+
+  it('with LOCKS=off (control) oversells, and every instance runs the cron job each tick', async () => {
+    const run = await runScenario({ ...scenario, zkConnect: zkConnectString(), workDir, locks: false });
+    expect(run.otherSamples).toEqual([]);
+    expect(run.other).toBe(0);
+    expect(run.oversold).toBeGreaterThan(0);
+    expect(run.sold).toBe(20 + run.oversold);
+    expect(run.ok).toBe(run.sold);
+    expect(run.cron.maxRunsPerTick).toBeGreaterThan(1);
+  }, 90_000);
+});
+
+describe('sample-app: the purchase API', () => {
+  let instances: Instance[] = [];
+  afterAll(() => stopInstances(instances));
+
+  it('answers 400 for a bad id or body, 404, 422, 409 while the seat lock is held elsewhere, 201, then 410', async () => {
+    instances = await startInstances({
+      count: 1,
+      zkConnect: zkConnectString(),
+      databaseFile: join(workDir, 'api', 'tickets.db'),
+      logDir: join(workDir, 'api'),
+      lockWaitMs: 300,
+      basePath,
+      env,
+    });
+    const url = instances[0]!.url;
+    const created = await http('POST', `${url}/events`, { name: 'One seat', seats: 1 });
+    expect(created).toMatchObject({ status: 201, body: { seats: 1, sold: 0, remaining: 1 } });
+    const id: number = created.body.id;
+    const buy = (body: unknown, eventId: unknown = id) => http('POST', `${url}/events/${eventId}/purchase`, body);
+
+    expect(await buy({ quantity: 1 }, 'abc')).toMatchObject({ status: 400, body: { message: expect.stringContaining('event id') } });
+    expect(await buy({ quantity: 0 })).toMatchObject({ status: 400, body: { message: expect.stringContaining('quantity') } });
+    expect(await buy({ quantity: 1.5 })).toMatchObject({ status: 400 });
+    expect(await buy({ quantity: 1, seat: 'A1' })).toMatchObject({ status: 400, body: { message: expect.stringContaining('seat') } });
+    expect(await buy([1])).toMatchObject({ status: 400 });
+    expect(await http('POST', `${url}/events`, { name: 'x', seats: -1 })).toMatchObject({ status: 400 });
+    expect(await buy({ quantity: 1 }, 999_999)).toMatchObject({ status: 404 });
+    expect(await buy({ quantity: 2 })).toMatchObject({ status: 422 });
+
+    // This process takes the event's lock (now that the instance runs): the purchase waits 300 ms, then 409.
+    const holder = new Mutex(await engine({}, { basePath, app: 'e2e-holder' }), `event:${id}`, resolveLockPath(basePath, `event:${id}`));
+    const lease = await holder.acquire({ waitMs: 10_000 });
+    try {
+      const locks = await getJson(`${url}/locks`);
+      expect(locks.locks).toContainEqual(expect.objectContaining({ name: `event:${id}`, holder: expect.objectContaining({ app: 'e2e-holder' }), waiting: [] }));
+      const busy = await buy({ quantity: 1 });
+      expect(busy).toMatchObject({ status: 409, headers: { 'retry-after': '1' }, body: { statusCode: 409, error: 'Conflict' } });
+      expect(JSON.stringify(busy.body)).not.toContain('event:'); // the filter does not name the lock
+    } finally {
+      await lease.release();
+    }
+
+    const sale = await buy({ quantity: 1, buyer: 'ann' });
+    expect(sale).toMatchObject({ status: 201, body: { eventId: id, quantity: 1, remaining: 0, instance: 'instance-1' } });
+    expect(BigInt(sale.body.fencingToken)).toBeGreaterThan(lease.fencingToken); // the next holder's token
+    expect(await buy({ quantity: 1 })).toMatchObject({ status: 410, body: { message: expect.stringContaining('sold out') } });
+    expect(await getJson(`${url}/events/${id}`)).toMatchObject({ seats: 1, sold: 1, remaining: 0, oversold: 0 });
+  }, 90_000);
+});
