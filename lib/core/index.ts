@@ -16,3 +16,4 @@ export { MultiLock } from './multi-lock.js';
 export { LeaseGroup } from './multi-lease.js';
 export { LockContext, type LockContextValue } from './lock-context.js';
 export { parseHolderData, type HolderInfo } from './holder-data.js';
+export { LockChannels } from './diagnostics.js';

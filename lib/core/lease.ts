@@ -1,4 +1,5 @@
 import { LockLostError, type LockLostReason } from './errors.js';
+import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine, SessionBound } from './lock-engine.js';
 import type { QueueEntry } from './lock-queue.js';
 
@@ -37,6 +38,7 @@ export interface NodeLeaseOptions {
 /** A lease over one node of ours; tells its holder when the node or its session goes away. */
 export class NodeLease implements Lease, SessionBound {
   readonly sessionId: string;
+  private readonly heldSince = performance.now();
   private readonly controller = new AbortController();
   private ended = false;
   private releasing: Promise<void> | undefined;
@@ -93,6 +95,7 @@ export class NodeLease implements Lease, SessionBound {
     if (this.releasing) return this.releasing;
     if (this.ended) return Promise.resolve();
     this.end();
+    publish(LockChannels.released, () => ({ name: this.name, path: this.path, heldMs: performance.now() - this.heldSince }));
     this.releasing = this.deleteNode();
     return this.releasing;
   }
@@ -108,6 +111,7 @@ export class NodeLease implements Lease, SessionBound {
   private lose(reason: LockLostReason): void {
     if (this.ended) return;
     this.end();
+    publish(LockChannels.lost, () => ({ name: this.name, path: this.path, reason, heldMs: performance.now() - this.heldSince }));
     this.controller.abort(new LockLostError(this.name, reason));
   }
 

@@ -1,4 +1,5 @@
 import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
@@ -75,6 +76,7 @@ class QueueWaiter {
   /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
   private readonly barge: boolean;
   private losses = 0;
+  private contended = false;
 
   constructor(
     private readonly engine: LockEngine,
@@ -167,6 +169,10 @@ class QueueWaiter {
         if (this.tryOnce) {
           this.cancel ??= { reason: 'timeout' };
           throw CANCELLED;
+        }
+        if (!this.contended) {
+          this.contended = true;
+          publish(LockChannels.contended, () => ({ name: this.spec.lockName, path: this.spec.parentPath }));
         }
         if (this.barge) {
           // Step out of the queue, wait for the current head to go, then race for it again.

@@ -1,5 +1,6 @@
 import { CountedLease, ReentrantHandle } from './counted-lease.js';
 import { LockNotAcquiredError } from './errors.js';
+import { LockChannels, publish } from './diagnostics.js';
 import { validateAcquireOptions } from './acquire-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
@@ -52,7 +53,28 @@ export abstract class LockRecipe implements Lockable {
       const held = LockContext.heldByChain(this.contextKey);
       if (held instanceof ReentrantHandle && held.isHeld) return held.reenter();
     }
-    const lease = await this.acquireNew(options);
+    const started = performance.now();
+    publish(LockChannels.acquireStart, () => ({ name: this.name, path: this.path, kind: this.kind }));
+    let lease: Lease;
+    try {
+      lease = await this.acquireNew(options);
+    } catch (error) {
+      publish(LockChannels.notAcquired, () => ({
+        name: this.name,
+        path: this.path,
+        kind: this.kind,
+        reason: error instanceof LockNotAcquiredError ? error.reason : 'error',
+        waitedMs: performance.now() - started,
+      }));
+      throw error;
+    }
+    publish(LockChannels.acquired, () => ({
+      name: this.name,
+      path: this.path,
+      kind: this.kind,
+      waitedMs: performance.now() - started,
+      fencingToken: lease.fencingToken,
+    }));
     return this.reentrant ? new CountedLease(lease).handle() : lease;
   }
 

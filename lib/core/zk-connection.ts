@@ -3,6 +3,7 @@ import { ConnectionClosedError, ZkConnectError } from './errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { ZkSession } from './zk-session.js';
 import { ZkCode } from './zk-error.js';
+import { LockChannels, publish } from './diagnostics.js';
 
 /**
  * - `connecting`: no session yet (before the first connect, or between a lost session and its successor)
@@ -260,6 +261,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const previous = this.currentState;
     if (previous === state) return;
     this.currentState = state;
+    publish(LockChannels.connectionState, () => ({ state, previous, sessionId: this.current?.id }));
     this.emit('state', state, previous);
   }
 
