@@ -1,10 +1,10 @@
 /** The framework-free core: connection and lock recipes, usable without Nest. */
 export * from './errors.js';
 export { ZkError, ZkCode } from './zk-error.js';
-export { ZkSession, CreateMode, type ZkStat, type WatchListener, type WatchEventType } from './zk-session.js';
+export { ZkSession, CreateMode, ZkPerm, type ZkAcl, type ZkStat, type WatchListener, type WatchEventType } from './zk-session.js';
 export { ZkConnection, type ConnectionState, type ConnectionEvents, type SessionLostReason } from './zk-connection.js';
 export { type ZkConnectionOptions, type ZkAuth, CONNECTION_DEFAULTS } from './connection-options.js';
-export { LockEngine, type LockEngineOptions } from './lock-engine.js';
+export { LockEngine, SECURE_PARENT_ACL, type LockEngineOptions } from './lock-engine.js';
 export { resolveLockPath, validateZkPath, sortChildren, sortKey } from './lock-path.js';
 export { type AcquireOptions } from './lock-queue.js';
 export { type Lease } from './lease.js';

@@ -3,18 +3,38 @@ import { holderData, type HolderIdentity } from './holder-data.js';
 import { ancestorsOf, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection, SessionLostReason } from './zk-connection.js';
-import { CreateMode, type ZkSession } from './zk-session.js';
+import { CreateMode, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
 
 export interface LockEngineOptions extends HolderIdentity {
   /** Parent of lock names that do not start with "/". Default `/locks`. */
   basePath?: string;
+  /**
+   * ACL set on every parent node the library creates (lock paths and their missing ancestors).
+   * ZooKeeper checks create/delete permission on the parent, so with e.g. `SECURE_PARENT_ACL`
+   * only clients with the same credentials can take or break these locks. Default: open.
+   */
+  parentAcl?: readonly ZkAcl[];
 }
+
+/** Everyone may read (inspect); only the creating identity (the `auth` credentials) may change. */
+export const SECURE_PARENT_ACL: readonly ZkAcl[] = [
+  { perms: ZkPerm.READ, scheme: 'world', id: 'anyone' },
+  { perms: ZkPerm.ALL, scheme: 'auth', id: '' },
+];
 
 /** Validates the engine's options; returns the base path. */
 export function validateEngineOptions(options: LockEngineOptions): string {
   const basePath = options.basePath ?? '/locks';
   const problem = typeof basePath === 'string' ? validateZkPath(basePath) : 'must be a string';
   if (problem) throw new InvalidOptionError('basePath', `${JSON.stringify(basePath)} ${problem}`);
+  if (options.parentAcl !== undefined) {
+    const ok =
+      Array.isArray(options.parentAcl) &&
+      options.parentAcl.every(
+        (a) => a && Number.isInteger(a.perms) && a.perms >= 0 && a.perms <= 31 && typeof a.scheme === 'string' && typeof a.id === 'string',
+      );
+    if (!ok) throw new InvalidOptionError('parentAcl', 'expected a list of { perms: 0..31, scheme: string, id: string }');
+  }
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
@@ -122,6 +142,13 @@ export class LockEngine {
     const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER)));
     for (const result of results) {
       if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
+    }
+    // The binding creates with an open ACL; restrict the nodes we made (only those: never an
+    // existing node's ACL) right behind their creation.
+    const acl = this.identity.parentAcl;
+    if (acl && acl.length > 0) {
+      const made = paths.filter((_, i) => results[i]!.status === 'fulfilled');
+      await Promise.all(made.map((p) => session.setAcl(p, acl).catch((e) => (isZkCode(e, ZkCode.NONODE) ? undefined : Promise.reject(e)))));
     }
   }
 

@@ -29,6 +29,8 @@ interface NativeZooKeeper {
   a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: RawStat) => void): number;
   a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
   a_sync(path: string, cb: (rc: number, err: string) => void): number;
+  a_set_acl(path: string, version: number, acl: { perms: number; scheme: string; auth: string }[], cb: (rc: number, err: string) => void): number;
+  a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: RawStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
 }
 type RawWatcher = (type: number, state: number, path: string) => void;
@@ -58,6 +60,15 @@ export interface ZkStat {
   ctime: Date;
   mtime: Date;
 }
+
+/** One ACL entry: `perms` is a bitmask of ZkPerm; for digest, `id` is `user:base64(sha1(user:password))`. */
+export interface ZkAcl {
+  perms: number;
+  scheme: string;
+  id: string;
+}
+
+export const ZkPerm = { READ: 1, WRITE: 2, CREATE: 4, DELETE: 8, ADMIN: 16, ALL: 31 } as const;
 
 /** Create modes, with ZooKeeper's flag values (CONTAINER makes the C client send createContainer). */
 export const CreateMode = {
@@ -208,6 +219,17 @@ export class ZkSession {
   /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
   sync(path: string): Promise<void> {
     return this.call('sync', path, (done) => this.native.a_sync(path, (rc) => done(rc, undefined)));
+  }
+
+  setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
+    const native = acl.map((a) => ({ perms: a.perms, scheme: a.scheme, auth: a.id }));
+    return this.call('setAcl', path, (done) => this.native.a_set_acl(path, version, native, (rc) => done(rc, undefined)));
+  }
+
+  getAcl(path: string): Promise<ZkAcl[]> {
+    return this.call('getAcl', path, (done) =>
+      this.native.a_get_acl(path, (rc, _e, acl) => done(rc, (acl ?? []).map((a) => ({ perms: a.perms, scheme: a.scheme, id: a.auth })))),
+    );
   }
 
   addAuth(scheme: string, credentials: string): Promise<void> {

@@ -1,6 +1,6 @@
 import { Logger, type Provider } from '@nestjs/common';
 import { InvalidOptionError } from '../core/errors.js';
-import { LockEngine, validateEngineOptions } from '../core/lock-engine.js';
+import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
@@ -42,7 +42,10 @@ export const engineProvider: Provider = {
   provide: LockEngine,
   inject: [ZkConnection, ZK_LOCK_MODULE_OPTIONS],
   useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) => {
-    const engine = new LockEngine(connection, { basePath: options.basePath, app: options.app, instance: options.instance });
+    // With credentials, parents are locked down unless the caller chose an ACL.
+    const hasAuth = 'auth' in options && options.auth !== undefined;
+    const parentAcl = options.parentAcl ?? (hasAuth ? SECURE_PARENT_ACL : undefined);
+    const engine = new LockEngine(connection, { basePath: options.basePath, app: options.app, instance: options.instance, parentAcl });
     engine.onWarning((message) => logger.warn(message));
     return engine;
   },
