@@ -1,28 +1,129 @@
-// `npm run demo`: makes sure a ZooKeeper is there (a throw-away standalone one unless ZK_CONNECT
-// is set), runs the sample app against it, and stops what it started.
-import { execFileSync, spawnSync } from 'node:child_process';
+// `npm run demo`: the ticket sale that never oversells. Makes sure a ZooKeeper is there (a
+// throw-away standalone one unless ZK_CONNECT is set), builds the library and the sample app,
+// then runs the same sale twice on 3 instances sharing one SQLite file: with @WithLock, and with
+// LOCKS=off. Prints both results side by side and stops everything it started, also on Ctrl-C.
+//
+// Options (environment): DEMO_INSTANCES (3), DEMO_BUYERS (600), DEMO_SEATS (100),
+// DEMO_CONCURRENCY (50), LOCK_WAIT_MS (the instances' default), DEMO_SKIP_BUILD=1.
+// This process never connects to ZooKeeper itself: it only spawns the instances and talks HTTP.
+import { execFileSync } from 'node:child_process';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { ROOT, build, comparisonTable, describeLockSnapshot, progressBar, runScenario, stopAllInstances, verdict } from '../sample-app/scenario.mjs';
 
-const root = fileURLToPath(new URL('..', import.meta.url));
-const script = join(root, 'scripts', 'zookeeper.sh');
-let connect = process.env.ZK_CONNECT;
-let dir;
-if (!connect) {
-  execFileSync('bash', [script, 'install'], { stdio: 'inherit' });
-  dir = join(tmpdir(), `nestjs-zk-lock-demo.${process.pid}.${Date.now()}`); // created (and removed) by the script
-  connect = execFileSync('bash', [script, 'start', '--dir', dir, '--owner-pid', String(process.pid)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-    .toString()
-    .trim()
-    .split('\n')
-    .pop();
+const script = join(ROOT, 'scripts', 'zookeeper.sh');
+const number = (name, fallback) => {
+  const value = Number(process.env[name] ?? fallback);
+  if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer`);
+  return value;
+};
+const settings = {
+  instances: number('DEMO_INSTANCES', 3),
+  buyers: number('DEMO_BUYERS', 600),
+  seats: number('DEMO_SEATS', 100),
+  concurrency: number('DEMO_CONCURRENCY', 50),
+  lockWaitMs: process.env.LOCK_WAIT_MS === undefined ? undefined : Number(process.env.LOCK_WAIT_MS),
+};
+const say = (text = '') => process.stderr.write(`${text}\n`);
+
+let zkDir;
+const interrupted = new AbortController();
+function stopZooKeeper() {
+  if (!zkDir) return;
+  const dir = zkDir;
+  zkDir = undefined;
+  try {
+    execFileSync('bash', [script, 'stop', '--dir', dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+  } catch (error) {
+    say(`could not stop ZooKeeper in ${dir}: ${error.message}`);
+  }
 }
-const run = spawnSync(process.execPath, [join(root, 'sample-app', 'src', 'main.mjs')], {
-  stdio: 'inherit',
-  env: { ...process.env, ZK_CONNECT: connect },
-});
-if (dir) execFileSync('bash', [script, 'stop', '--dir', dir], { stdio: 'inherit' });
-process.exit(run.status ?? 1);
+// Ctrl-C: the instances first (by PID; they release their locks and close their sessions), then
+// ZooKeeper (by the script). Anything still running at exit is killed by scenario.mjs.
+for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
+  process.on(signal, async () => {
+    if (interrupted.signal.aborted) return;
+    interrupted.abort(new Error(signal));
+    say(`\n${signal}: stopping the instances and ZooKeeper`);
+    await stopAllInstances({ graceMs: 5000 });
+    stopZooKeeper();
+    process.exit(130);
+  });
+}
+
+try {
+  let connect = process.env.ZK_CONNECT;
+  if (!connect) {
+    execFileSync('bash', [script, 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
+    zkDir = join(tmpdir(), `nestjs-zk-lock-demo.${process.pid}.${Date.now()}`); // created (and removed) by the script
+    // --owner-pid: should this process die without cleaning up, a watchdog stops the server
+    connect = execFileSync('bash', [script, 'start', '--dir', zkDir, '--owner-pid', String(process.pid)], {
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+      .toString()
+      .trim()
+      .split('\n')
+      .pop();
+  }
+  // A ZooKeeper of your own may be shared: keep this run's locks apart.
+  const basePath = process.env.ZK_CONNECT ? `/nestjs-zk-lock-demo-${process.pid}/locks` : '/locks';
+
+  if (process.env.DEMO_SKIP_BUILD !== '1') {
+    say('building the library (dist/) and the sample app (sample-app/dist/)');
+    build();
+  }
+
+  const workDir = join(ROOT, 'sample-app', 'data', 'demo');
+  const { instances, buyers, seats, concurrency } = settings;
+  say(
+    `\nThe sale: ${instances} instances of sample-app, one SQLite file, ZooKeeper at ${connect}. ` +
+      `${buyers} buyers want 1 seat each of an event with ${seats} seats, ${concurrency} at a time, round-robin over the instances.`,
+  );
+  const runs = [];
+  for (const locks of [true, false]) {
+    const title = locks ? 'with @WithLock  ' : 'LOCKS=off       ';
+    const tty = process.stderr.isTTY;
+    let lastDraw = 0;
+    let lastQuarter = -1;
+    const run = await runScenario({
+      ...settings,
+      zkConnect: connect,
+      workDir,
+      locks,
+      basePath,
+      signal: interrupted.signal,
+      onInstances: (list) => say(`\n${title.trim()}: ${list.map((i) => `${i.name} (pid ${i.pid}, :${i.port})`).join(', ')}`),
+      onProgress: (progress) => {
+        if (interrupted.signal.aborted) return;
+        if (tty) {
+          const now = Date.now();
+          if (now - lastDraw < 80 && progress.done < progress.total) return;
+          lastDraw = now;
+          process.stderr.write(`\r\x1b[2K  ${title}${progressBar(progress)}`);
+          if (progress.done === progress.total) process.stderr.write('\n');
+        } else {
+          const quarter = Math.floor((progress.done / progress.total) * 4);
+          if (quarter === lastQuarter) return;
+          lastQuarter = quarter;
+          say(`  ${title}${progressBar(progress)}`);
+        }
+      },
+    });
+    runs.push(run);
+    say(`  sale over in ${(run.saleMs / 1000).toFixed(1)} s; ${describeLockSnapshot(locks ? run.lockSnapshot : undefined).replace(/^no snapshot$/, 'no locks to show')}`);
+    if (run.other > 0) say(`  other errors, e.g.: ${run.otherSamples.join(' | ')}`);
+  }
+
+  console.log(`\n${comparisonTable(runs)}\n\n${verdict(runs)}\n`);
+  say(`instance logs and databases: ${workDir}`);
+  const [on, off] = runs;
+  process.exitCode = on.oversold === 0 && on.other === 0 ? 0 : 1;
+  if (off.oversold === 0) say('(LOCKS=off did not oversell this time: the race depends on timing)');
+} catch (error) {
+  if (!interrupted.signal.aborted) {
+    say(`demo failed: ${error.stack ?? error}`);
+    process.exitCode = 1;
+  }
+} finally {
+  if (!interrupted.signal.aborted) stopZooKeeper(); // else the signal handler does, after the instances
+}

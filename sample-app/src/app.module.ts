@@ -1,0 +1,47 @@
+import { Module } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { ConditionalModule, ConfigModule, ConfigService } from '@nestjs/config';
+import { ScheduleModule } from '@nestjs/schedule';
+import { ZkLockExceptionFilter, ZkLockModule } from 'nestjs-zk-lock';
+import { locksEnabled, validateConfig, type AppConfig } from './config.js';
+import { DatabaseModule } from './database/database.module.js';
+import { EventsModule } from './events/events.module.js';
+import { PurchaseController } from './events/purchase.controller.js';
+import { UnlockedPurchaseController } from './events/unlocked-purchase.controller.js';
+import { JobsModule } from './jobs/jobs.module.js';
+import { SalesSnapshotJob, UnlockedSalesSnapshotJob } from './jobs/sales-snapshot.job.js';
+import { LocksController } from './locks/locks.controller.js';
+
+/** The purchase route and the per-second job, under locks (the normal case). */
+@Module({ imports: [EventsModule, JobsModule], controllers: [PurchaseController], providers: [SalesSnapshotJob] })
+export class LockedSalesModule {}
+
+/** LOCKS=off: the same route and job without locks, for the demo's comparison run. */
+@Module({ imports: [EventsModule, JobsModule], controllers: [UnlockedPurchaseController], providers: [UnlockedSalesSnapshotJob] })
+export class UnlockedSalesModule {}
+
+@Module({
+  imports: [
+    ConfigModule.forRoot({ isGlobal: true, ignoreEnvFile: true, validate: validateConfig }),
+    ZkLockModule.forRootAsync({
+      inject: [ConfigService],
+      useFactory: (config: ConfigService<AppConfig, true>) => ({
+        connectString: config.get('ZK_CONNECT', { infer: true }),
+        basePath: config.get('LOCK_BASE_PATH', { infer: true }),
+        app: 'ticket-sale',
+        instance: config.get('INSTANCE', { infer: true }),
+      }),
+      isGlobal: true,
+    }),
+    ScheduleModule.forRoot(),
+    DatabaseModule,
+    EventsModule,
+    JobsModule,
+    ConditionalModule.registerWhen(LockedSalesModule, (env) => locksEnabled(env), { debug: false }),
+    ConditionalModule.registerWhen(UnlockedSalesModule, (env) => !locksEnabled(env), { debug: false }),
+  ],
+  controllers: [LocksController],
+  // LockNotAcquiredError (the seat's lock not taken within LOCK_WAIT_MS) -> 409 with Retry-After
+  providers: [{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }],
+})
+export class AppModule {}

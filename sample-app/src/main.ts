@@ -1,0 +1,23 @@
+import 'reflect-metadata';
+import type { AddressInfo } from 'node:net';
+import { Logger } from '@nestjs/common';
+import { ConfigService } from '@nestjs/config';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { AppModule } from './app.module.js';
+import type { AppConfig } from './config.js';
+
+// LOG_LEVEL=debug also shows @WithLock's "held elsewhere; skipped" lines (every second per instance).
+const app = await NestFactory.create<NestExpressApplication>(AppModule, {
+  logger: process.env.LOG_LEVEL === 'debug' ? ['fatal', 'error', 'warn', 'log', 'debug'] : ['fatal', 'error', 'warn', 'log'],
+});
+app.enableShutdownHooks(); // SIGTERM/SIGINT: stop taking locks, release held ones, close the session
+const config = app.get<ConfigService<AppConfig, true>>(ConfigService);
+await app.listen(config.get('PORT', { infer: true }), '127.0.0.1');
+
+const { port } = app.getHttpServer().address() as AddressInfo;
+const instance = config.get('INSTANCE', { infer: true });
+const locks = config.get('LOCKS', { infer: true });
+new Logger('TicketSale').log(`Instance ${instance} listening on http://127.0.0.1:${port} (locks ${locks ? 'on' : 'OFF'})`);
+// One machine-readable line for whoever started us (the demo, the e2e test).
+console.log(JSON.stringify({ ready: true, instance, port, pid: process.pid, locks }));
