@@ -17,3 +17,4 @@ export { LeaseGroup } from './multi-lease.js';
 export { LockContext, type LockContextValue } from './lock-context.js';
 export { parseHolderData, type HolderInfo } from './holder-data.js';
 export { LockChannels } from './diagnostics.js';
+export { inspectLock, inspectLocks, type LockInfo, type ContenderInfo, type ContenderMode, type InspectedLockKind, type InspectLockOptions, type InspectLocksOptions } from './inspect.js';

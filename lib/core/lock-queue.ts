@@ -35,6 +35,22 @@ export interface QueueSpec {
   fixedSuffix?: string;
 }
 
+/** Thrown by a queue pinned to one session when that session ends (the caller starts over). */
+export class SessionEndedError extends Error {
+  constructor() {
+    super('the session ended while queueing');
+  }
+}
+
+export interface QueueOptions extends AcquireOptions {
+  fair?: boolean;
+  /**
+   * Only queue in `session`: if it ends, throw SessionEndedError instead of queueing again in the
+   * next one (a semaphore lease must be created while holding the internal lock of the same session).
+   */
+  session?: ZkSession;
+}
+
 export interface AcquireOptions {
   /** How long to wait: undefined waits until acquired, 0 tries once. */
   waitMs?: number;
@@ -61,7 +77,7 @@ type Cancel = { reason: NotAcquiredReason; error?: unknown };
 export async function acquireInQueue(
   engine: LockEngine,
   spec: QueueSpec,
-  options: AcquireOptions & { fair?: boolean } = {},
+  options: QueueOptions = {},
 ): Promise<QueueEntry> {
   const waiter = new QueueWaiter(engine, spec, options);
   return waiter.run();
@@ -76,14 +92,16 @@ class QueueWaiter {
   /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
   private readonly barge: boolean;
   private losses = 0;
+  private readonly pinned: ZkSession | undefined;
   private contended = false;
 
   constructor(
     private readonly engine: LockEngine,
     private readonly spec: QueueSpec,
-    options: AcquireOptions & { fair?: boolean },
+    options: QueueOptions,
   ) {
     this.tryOnce = options.waitMs === 0;
+    this.pinned = options.session;
     this.barge = options.fair === false;
     this.cancelled = new Promise<Cancel>((resolve) => {
       const settle = (cancel: Cancel) => {
@@ -116,6 +134,7 @@ class QueueWaiter {
     try {
       for (;;) {
         const session = await this.untilCancelled(this.engine.connection.whenConnected());
+        if (this.pinned && session !== this.pinned) throw new SessionEndedError();
         const entry = await this.attempt(session);
         if (entry) return entry;
         // Our node or its session went away while we waited: queue again in the current session.

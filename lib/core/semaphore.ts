@@ -2,7 +2,7 @@ import { InvalidOptionError, LockNotAcquiredError } from './errors.js';
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath } from './lock-path.js';
-import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
+import { acquireInQueue, SessionEndedError, type AcquireOptions, type QueueSpec } from './lock-queue.js';
 import { LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 import { LeaseGroup, releaseAll } from './multi-lease.js';
@@ -77,6 +77,18 @@ export class Semaphore extends LockRecipe {
   }
 
   private async acquireOne(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
+    for (;;) {
+      try {
+        return await this.acquireOneInSession(deadline, options);
+      } catch (error) {
+        // The session ended while we waited for a lease: the internal lock went with it, so take
+        // it again in the new session before queueing another lease node.
+        if (!(error instanceof SessionEndedError)) throw error;
+      }
+    }
+  }
+
+  private async acquireOneInSession(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
     const remaining = () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
     let internal: Lease;
@@ -89,7 +101,13 @@ export class Semaphore extends LockRecipe {
     }
     try {
       // Try-once stays try-once; otherwise the time left (at least a try).
-      const entry = await acquireInQueue(this.engine, this.leaseSpec, { waitMs: tryOnce ? 0 : remaining(), signal: options.signal });
+      const session = (internal as { sessionId: string }).sessionId === this.engine.connection.session?.id ? this.engine.connection.session : undefined;
+      if (!session) throw new SessionEndedError();
+      const entry = await acquireInQueue(this.engine, this.leaseSpec, {
+        waitMs: tryOnce ? 0 : remaining(),
+        signal: options.signal,
+        session,
+      });
       return new NodeLease(this.engine, this.name, entry, { leaseMs: this.leaseMs });
     } finally {
       await internal.release();

@@ -9,6 +9,7 @@ import type { Lockable } from '../core/lock-recipe.js';
 import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
 import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
 import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
+import { inspectLock, inspectLocks, type InspectLockOptions, type LockInfo } from '../core/inspect.js';
 
 /**
  * Distributed locks for the application, over the module's ZooKeeper session. Names map to
@@ -57,6 +58,18 @@ export class LockService {
   /** The ZooKeeper path a lock name maps to (validates the name). */
   pathOf(name: string): string {
     return resolveLockPath(this.engine.basePath, name);
+  }
+
+  /**
+   * Who holds and who waits, read from ZooKeeper (this library's nodes and Curator's alike): for
+   * `name`, that lock (null when its node does not exist, i.e. nobody uses it); without a name,
+   * every lock under the base path.
+   */
+  inspect(): Promise<LockInfo[]>;
+  inspect(name: string, options?: InspectLockOptions): Promise<LockInfo | null>;
+  inspect(name?: string, options?: InspectLockOptions): Promise<LockInfo[] | LockInfo | null> {
+    if (name === undefined) return inspectLocks(this.connection, this.engine.basePath);
+    return inspectLock(this.connection, this.pathOf(name), options);
   }
 
   get state(): ConnectionState {

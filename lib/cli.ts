@@ -1,0 +1,263 @@
+#!/usr/bin/env node
+/**
+ * `nestjs-zk-lock locks [path]`: who holds which lock, from ZooKeeper itself (this library's
+ * nodes and Curator's). Framework-free: loads only the core.
+ */
+import { realpathSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { ZkConnectError } from './core/errors.js';
+import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
+import { ZkConnection } from './core/zk-connection.js';
+import { ZkError } from './core/zk-error.js';
+
+const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
+
+Lists the locks under <path> (default /locks, the library's base path) with who holds
+each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and how
+many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+
+Options:
+  --connect <host:port,...>   the ensemble (default: $ZK_CONNECT)
+  --chroot </path>            the chroot the applications use
+  --json                      print JSON (an array of locks) instead of a table
+  --depth <n>                 levels below <path> to search (default 4)
+  --permits <n>               semaphore permit count (ZooKeeper does not store it)
+  --timeout <ms>              how long to try to connect (default 5000)
+  --auth <user:password>      digest credentials (default: $ZK_AUTH)
+  -h, --help                  this help
+  -v, --version               the package version
+
+Exit status: 0 done, 1 bad usage or a ZooKeeper error, 2 cannot connect (unreachable,
+credentials refused, chroot missing) or the connection was lost.`;
+
+const EXIT_USAGE = 1;
+const EXIT_UNREACHABLE = 2;
+
+class UsageError extends Error {}
+
+interface Io {
+  out: (text: string) => void;
+  err: (text: string) => void;
+}
+
+/** Runs the CLI with `argv` (without node and the script); resolves with the exit code. */
+export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = defaultIo): Promise<number> {
+  let args: ReturnType<typeof parse>;
+  try {
+    args = parse(argv);
+  } catch (error) {
+    io.err(`nestjs-zk-lock: ${(error as Error).message}\n\n${USAGE}\n`);
+    return EXIT_USAGE;
+  }
+  if (args.values.help) {
+    io.out(`${USAGE}\n`);
+    return 0;
+  }
+  if (args.values.version) {
+    io.out(`${version()}\n`);
+    return 0;
+  }
+  let options: Options;
+  try {
+    options = resolveOptions(args, env);
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error;
+    io.err(`nestjs-zk-lock: ${error.message}\n\n${USAGE}\n`);
+    return EXIT_USAGE;
+  }
+
+  let connection: ZkConnection;
+  try {
+    connection = new ZkConnection({
+      connectString: options.connect,
+      chroot: options.chroot,
+      connectTimeoutMs: options.timeoutMs,
+      sessionTimeoutMs: 10_000,
+      auth: options.auth === undefined ? undefined : { credentials: options.auth },
+    });
+  } catch (error) {
+    io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
+    return EXIT_USAGE;
+  }
+  try {
+    await connection.connect();
+    const locks = await collect(connection, options);
+    io.out(options.json ? `${JSON.stringify(locks, null, 2)}\n` : formatTable(locks, options.path));
+    return 0;
+  } catch (error) {
+    if (error instanceof ZkConnectError) {
+      io.err(`nestjs-zk-lock: ${error.message}\n`);
+      return EXIT_UNREACHABLE;
+    }
+    if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
+      io.err(`nestjs-zk-lock: lost the connection to ZooKeeper at ${connection.description}: ${error.message}\n`);
+      return EXIT_UNREACHABLE;
+    }
+    io.err(`nestjs-zk-lock: ${(error as Error)?.message ?? String(error)}\n`);
+    return EXIT_USAGE;
+  } finally {
+    await connection.close();
+  }
+}
+
+const defaultIo: Io = {
+  out: (text) => process.stdout.write(text),
+  err: (text) => process.stderr.write(text),
+};
+
+function parse(argv: readonly string[]) {
+  return parseArgs({
+    args: [...argv],
+    allowPositionals: true,
+    strict: true,
+    options: {
+      connect: { type: 'string' },
+      chroot: { type: 'string' },
+      json: { type: 'boolean' },
+      depth: { type: 'string' },
+      permits: { type: 'string' },
+      timeout: { type: 'string' },
+      auth: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+      version: { type: 'boolean', short: 'v' },
+    },
+  });
+}
+
+interface Options {
+  path: string;
+  connect: string;
+  chroot: string | undefined;
+  json: boolean;
+  depth: number;
+  permits: number | undefined;
+  timeoutMs: number;
+  auth: string | undefined;
+}
+
+function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
+  const [command, path = '/locks', ...extra] = args.positionals;
+  if (command === undefined) throw new UsageError('no command given');
+  if (command !== 'locks') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
+  const connect = args.values.connect ?? env.ZK_CONNECT;
+  if (!connect) throw new UsageError('no ensemble given: pass --connect host:port[,host:port...] or set ZK_CONNECT');
+  return {
+    path,
+    connect,
+    chroot: args.values.chroot,
+    json: args.values.json ?? false,
+    depth: integer(args.values.depth, '--depth', 4, 0),
+    permits: args.values.permits === undefined ? undefined : integer(args.values.permits, '--permits', 1, 1),
+    timeoutMs: integer(args.values.timeout, '--timeout', 5000, 1),
+    auth: args.values.auth ?? (env.ZK_AUTH || undefined),
+  };
+}
+
+function integer(text: string | undefined, flag: string, fallback: number, min: number): number {
+  if (text === undefined) return fallback;
+  const value = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(value) || value < min) {
+    throw new UsageError(`${flag} expects an integer ≥ ${min}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
+/** The lock at `path` itself if it is one (with the permits hint), else every lock below it. */
+async function collect(connection: ZkConnection, options: Options): Promise<LockInfo[]> {
+  const found = await inspectLocks(connection, options.path, { maxDepth: options.depth });
+  if (options.permits === undefined) return found;
+  // The hint applies to semaphores: read them again with it.
+  return Promise.all(
+    found.map(async (lock) => (lock.kind === 'semaphore' ? ((await inspectLock(connection, lock.path, { permits: options.permits })) ?? lock) : lock)),
+  );
+}
+
+function version(): string {
+  try {
+    return (createRequire(import.meta.url)('../package.json') as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** A readable table: one row per holder; a lock nobody holds yet (all waiting) gets one row. */
+export function formatTable(locks: readonly LockInfo[], root: string): string {
+  if (locks.length === 0) return `No locks held under ${root}.\n`;
+  const header = ['LOCK', 'KIND', 'HOLDER', 'SESSION', 'SINCE', 'WAITING'];
+  const rows: string[][] = [];
+  for (const lock of locks) {
+    const holders: (ContenderInfo | undefined)[] = lock.holders.length > 0 ? [...lock.holders] : [undefined];
+    holders.forEach((holder, i) => {
+      rows.push([
+        i === 0 ? lock.path : '',
+        kindOf(lock, holder),
+        holder ? describeHolder(holder) : '(none)',
+        holder ? `0x${holder.sessionId}` : '',
+        holder ? formatAge(holder.ageMs) : '',
+        i === 0 ? String(lock.waiting.length) : '',
+      ]);
+    });
+  }
+  const widths = header.map((h, col) => Math.max(h.length, ...rows.map((r) => r[col]!.length)));
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, col) => (col === cells.length - 1 ? cell : cell.padEnd(widths[col]!)))
+      .join('  ')
+      .trimEnd();
+  return [line(header), ...rows.map(line)].join('\n') + '\n';
+}
+
+function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
+  switch (lock.kind) {
+    case 'read-write':
+      return holder ? `rw:${holder.mode}` : 'rw';
+    case 'semaphore':
+      return `semaphore ${lock.holders.length}${lock.permits === undefined ? '' : `/${lock.permits}`}`;
+    default:
+      return lock.kind;
+  }
+}
+
+/** `host:pid app/instance`; a Curator node has only its IP as host. */
+export function describeHolder(contender: ContenderInfo): string {
+  const { host, pid, app, instance } = contender.holder;
+  const where = `${host ?? '?'}${pid === undefined ? '' : `:${pid}`}`;
+  const who = [app, instance].filter((x) => x !== undefined && x !== '').join('/');
+  return who ? `${where} ${who}` : where;
+}
+
+/** 850ms, 42s, 3m07s, 5h02m, 2d03h. */
+export function formatAge(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const s = Math.floor(ms / 1000);
+  if (s < 60) return `${s}s`;
+  const pad = (n: number) => String(n).padStart(2, '0');
+  if (s < 3600) return `${Math.floor(s / 60)}m${pad(s % 60)}s`;
+  if (s < 86_400) return `${Math.floor(s / 3600)}h${pad(Math.floor((s % 3600) / 60))}m`;
+  return `${Math.floor(s / 86_400)}d${pad(Math.floor((s % 86_400) / 3600))}h`;
+}
+
+// Run when executed (also through npm's bin symlink), not when imported.
+const invokedAs = process.argv[1];
+if (invokedAs !== undefined && isThisFile(invokedAs)) {
+  main(process.argv.slice(2)).then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (error: unknown) => {
+      process.stderr.write(`nestjs-zk-lock: ${(error as Error)?.stack ?? String(error)}\n`);
+      process.exitCode = EXIT_USAGE;
+    },
+  );
+}
+
+function isThisFile(invoked: string): boolean {
+  try {
+    return realpathSync(invoked) === realpathSync(fileURLToPath(import.meta.url));
+  } catch {
+    return false;
+  }
+}

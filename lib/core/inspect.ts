@@ -1,0 +1,350 @@
+import { InvalidOptionError } from './errors.js';
+import { parseHolderData, type HolderInfo } from './holder-data.js';
+import { joinPath, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
+import { ZkCode, ZkError } from './zk-error.js';
+import type { ZkConnection } from './zk-connection.js';
+import type { ZkSession, ZkStat } from './zk-session.js';
+
+/**
+ * What a lock node looks like from outside: `idle` is a lock path with nobody in it (its kind
+ * cannot be told then; ZooKeeper reaps it soon).
+ */
+export type InspectedLockKind = 'mutex' | 'read-write' | 'semaphore' | 'idle';
+
+/** The role of one node in a lock's queue: `other` is a child that follows no known layout. */
+export type ContenderMode = 'lock' | 'read' | 'write' | 'lease' | 'other';
+
+/** One node in a lock's queue (a holder or a waiter). @publicApi */
+export interface ContenderInfo {
+  /** The node's name, e.g. `_c_<uuid>-lock-0000000007`. */
+  readonly node: string;
+  /** The node's full path. */
+  readonly path: string;
+  readonly mode: ContenderMode;
+  /** The server-assigned sequence (the trailing 10 digits), if any. */
+  readonly sequence: number | undefined;
+  /** True when this node holds the lock (or the semaphore lease is in use). */
+  readonly holds: boolean;
+  /**
+   * What the node's data says about its owner: this library writes `{ host, pid, app, instance,
+   * createdAt }`; Curator writes the client's IP address, reported as `{ host }`.
+   */
+  readonly holder: Partial<HolderInfo>;
+  /** The ZooKeeper session that owns the (ephemeral) node, in hex; "0" for a persistent node. */
+  readonly sessionId: string;
+  /** When the server created the node (its ctime). */
+  readonly createdAt: Date;
+  /** Milliseconds since `createdAt`, by this machine's clock (0 if the clocks disagree). */
+  readonly ageMs: number;
+}
+
+/** Who holds a lock and who waits for it, at one moment. @publicApi */
+export interface LockInfo {
+  /** The lock's path (for a semaphore, the path above `leases` and `locks`). */
+  readonly path: string;
+  readonly kind: InspectedLockKind;
+  /**
+   * The nodes holding it, in queue order: the mutex holder; the readers holding it or the writer;
+   * the semaphore leases in use.
+   */
+  readonly holders: readonly ContenderInfo[];
+  /**
+   * The nodes waiting, in queue order. For a semaphore: a lease created beyond the permit count,
+   * then the acquirers queued on its internal lock (`<path>/locks`).
+   */
+  readonly waiting: readonly ContenderInfo[];
+  /** Semaphore: the number of lease nodes (used and pending). */
+  readonly leases?: number;
+  /** Semaphore: the permit count given as a hint (ZooKeeper does not store it). */
+  readonly permits?: number;
+}
+
+export interface InspectLockOptions {
+  /**
+   * Semaphore: the permit count its participants use. ZooKeeper does not store it; with it, lease
+   * nodes beyond the count are reported as waiting. Without it, the one lease whose owner still
+   * holds the semaphore's internal lock counts as waiting (how both Curator and this library
+   * acquire a lease).
+   */
+  permits?: number;
+  /** Cancels waiting for the connection. */
+  signal?: AbortSignal;
+}
+
+export interface InspectLocksOptions {
+  /** How many levels below `path` to search for lock nodes. Default 4. */
+  maxDepth?: number;
+  /** Cancels waiting for the connection. */
+  signal?: AbortSignal;
+}
+
+const MUTEX_CHILD = /lock-\d{10}$/;
+const RW_CHILD = /__(?:READ|WRIT)__\d{10}$/;
+const LEASE_CHILD = /lease-\d{10}$/;
+const READ = '__READ__';
+const WRITE = '__WRIT__';
+const RW_MARKERS = [READ, WRITE] as const;
+const SEMAPHORE_CHILDREN = new Set(['leases', 'locks']);
+/** Requests in flight at once while walking a tree (the session pipelines them). */
+const CONCURRENCY = 32;
+
+/** Classifies a node by its children; undefined when it is not a lock node. */
+function classify(children: readonly string[]): Exclude<InspectedLockKind, 'idle'> | undefined {
+  if (children.length === 0) return undefined;
+  if (children.includes('leases') && children.every((c) => SEMAPHORE_CHILDREN.has(c))) return 'semaphore';
+  if (children.some((c) => RW_CHILD.test(c))) return 'read-write';
+  if (children.some((c) => MUTEX_CHILD.test(c))) return 'mutex';
+  return undefined;
+}
+
+/**
+ * Every lock under `path` (the path itself included) down to `maxDepth` levels: mutexes,
+ * read-write locks and semaphores in this library's and Curator's layouts, with who holds them
+ * and who waits, sorted by path. Idle lock paths (no contender) are left out. `/zookeeper` is
+ * skipped. Nodes that vanish while being read are skipped.
+ * @publicApi
+ */
+export async function inspectLocks(connection: ZkConnection, path = '/', options: InspectLocksOptions = {}): Promise<LockInfo[]> {
+  checkPath(path);
+  const maxDepth = options.maxDepth ?? 4;
+  if (!Number.isInteger(maxDepth) || maxDepth < 0 || maxDepth > 64) {
+    throw new InvalidOptionError('maxDepth', `expected an integer from 0 to 64, got ${String(maxDepth)}`);
+  }
+  const session = await connection.whenConnected(options.signal);
+  const limit = limiter(CONCURRENCY);
+  const found: LockInfo[] = [];
+
+  const visit = async (nodePath: string, depth: number): Promise<void> => {
+    if (nodePath === '/zookeeper') return;
+    const children = await limit(() => childrenOrNull(session, nodePath));
+    if (!children) return;
+    const kind = classify(children);
+    if (kind) {
+      const info = await readLock(session, nodePath, kind, children, {}, limit);
+      if (info.kind !== 'idle') found.push(info);
+      return;
+    }
+    if (depth >= maxDepth) return;
+    await Promise.all(children.map((child) => visit(joinPath(nodePath, child), depth + 1)));
+  };
+  await visit(path, 0);
+  return found.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+}
+
+/**
+ * Who holds the lock at `lockPath` and who waits, or null when the node does not exist (an
+ * unused lock path: ZooKeeper reaps empty lock nodes).
+ * @publicApi
+ */
+export async function inspectLock(connection: ZkConnection, lockPath: string, options: InspectLockOptions = {}): Promise<LockInfo | null> {
+  checkPath(lockPath);
+  if (options.permits !== undefined && (!Number.isInteger(options.permits) || options.permits < 1)) {
+    throw new InvalidOptionError('permits', `expected a positive integer, got ${String(options.permits)}`);
+  }
+  const session = await connection.whenConnected(options.signal);
+  const limit = limiter(CONCURRENCY);
+  const children = await childrenOrNull(session, lockPath);
+  if (!children) return null;
+  return readLock(session, lockPath, classify(children) ?? 'idle', children, options, limit);
+}
+
+function checkPath(path: unknown): asserts path is string {
+  const problem = typeof path === 'string' ? validateZkPath(path) : 'must be a string';
+  // "/zookeeper" is legal to read; validateZkPath refuses it because locks may not live there.
+  if (problem && !(typeof path === 'string' && (path === '/zookeeper' || path.startsWith('/zookeeper/')))) {
+    throw new InvalidOptionError('path', `${JSON.stringify(path)} ${problem}`);
+  }
+}
+
+type Limit = <T>(work: () => Promise<T>) => Promise<T>;
+
+function limiter(max: number): Limit {
+  let active = 0;
+  const queue: (() => void)[] = [];
+  return async <T>(work: () => Promise<T>): Promise<T> => {
+    if (active >= max) await new Promise<void>((resolve) => queue.push(resolve));
+    active++;
+    try {
+      return await work();
+    } finally {
+      active--;
+      queue.shift()?.();
+    }
+  };
+}
+
+/** True for errors that mean "this node is not (or no longer) there for us": skip it. */
+function isGone(error: unknown): boolean {
+  return error instanceof ZkError && (error.code === ZkCode.NONODE || error.code === ZkCode.NOAUTH);
+}
+
+async function childrenOrNull(session: ZkSession, path: string): Promise<string[] | null> {
+  try {
+    return (await session.getChildren(path)).children;
+  } catch (error) {
+    if (isGone(error)) return null;
+    throw error;
+  }
+}
+
+interface RawNode {
+  node: string;
+  path: string;
+  data: Buffer;
+  stat: ZkStat;
+}
+
+/** Reads the data of each child of `parent`, in the given order, dropping the ones that vanished. */
+async function readNodes(session: ZkSession, parent: string, names: readonly string[], limit: Limit): Promise<RawNode[]> {
+  const read = await Promise.all(
+    names.map((node) =>
+      limit(async () => {
+        const path = joinPath(parent, node);
+        try {
+          const { data, stat } = await session.getData(path);
+          return { node, path, data, stat };
+        } catch (error) {
+          if (isGone(error)) return undefined;
+          throw error;
+        }
+      }),
+    ),
+  );
+  return read.filter((n): n is RawNode => n !== undefined);
+}
+
+function modeOf(node: string): ContenderMode {
+  if (RW_CHILD.test(node)) return node.lastIndexOf(READ) > node.lastIndexOf(WRITE) ? 'read' : 'write';
+  if (MUTEX_CHILD.test(node)) return 'lock';
+  if (LEASE_CHILD.test(node)) return 'lease';
+  return 'other';
+}
+
+function contender(raw: RawNode, holds: boolean, now: number): ContenderInfo {
+  const created = raw.stat.ctime instanceof Date ? raw.stat.ctime : new Date(raw.stat.ctime);
+  return {
+    node: raw.node,
+    path: raw.path,
+    mode: modeOf(raw.node),
+    sequence: sequenceOf(raw.node),
+    holds,
+    holder: parseHolderData(raw.data),
+    sessionId: raw.stat.ephemeralOwner,
+    createdAt: created,
+    ageMs: Math.max(0, now - created.getTime()),
+  };
+}
+
+async function readLock(
+  session: ZkSession,
+  path: string,
+  kind: InspectedLockKind,
+  children: readonly string[],
+  options: InspectLockOptions,
+  limit: Limit,
+): Promise<LockInfo> {
+  switch (kind) {
+    case 'semaphore':
+      return readSemaphore(session, path, children, options.permits, limit);
+    case 'read-write':
+      return readReadWrite(session, path, children, limit);
+    case 'mutex': {
+      const nodes = await readNodes(session, path, sortChildren(children, ['lock-']), limit);
+      return split(path, 'mutex', nodes, (_node, index) => index === 0);
+    }
+    default:
+      // Empty, or children that follow no lock layout (e.g. a parent of lock paths).
+      return { path, kind: 'idle', holders: [], waiting: [] };
+  }
+}
+
+function split(path: string, kind: InspectedLockKind, nodes: readonly RawNode[], holds: (node: RawNode, index: number) => boolean): LockInfo {
+  const now = Date.now();
+  if (nodes.length === 0) return { path, kind: 'idle', holders: [], waiting: [] };
+  const all = nodes.map((node, index) => contender(node, holds(node, index), now));
+  return { path, kind, holders: all.filter((c) => c.holds), waiting: all.filter((c) => !c.holds) };
+}
+
+/**
+ * Readers hold while no writer is ahead of them (a downgraded reader shares its writer's
+ * sequence and is not held back by it); a writer holds at the head of the queue.
+ */
+async function readReadWrite(session: ZkSession, path: string, children: readonly string[], limit: Limit): Promise<LockInfo> {
+  const sorted = sortChildren(children, RW_MARKERS);
+  const key = (name: string) => sortKey(name, RW_MARKERS);
+  // Equal keys only come from a downgrade (a read node taking its writer's sequence): show the
+  // writer first. The sort is otherwise exactly the recipes' own.
+  const ordered = sorted
+    .map((name, index) => ({ name, index }))
+    .sort((a, b) => {
+      const ka = key(a.name);
+      const kb = key(b.name);
+      if (ka !== kb) return a.index - b.index;
+      return (modeOf(a.name) === 'write' ? 0 : 1) - (modeOf(b.name) === 'write' ? 0 : 1) || a.index - b.index;
+    })
+    .map((x) => x.name);
+  const nodes = await readNodes(session, path, ordered, limit);
+  return split(path, 'read-write', nodes, (node, index) => {
+    const mode = modeOf(node.node);
+    const own = key(node.node);
+    const ahead = nodes.slice(0, index);
+    // A writer holds at the head (only its own downgraded reader may sort level with it).
+    if (mode === 'write') return ahead.every((n) => modeOf(n.node) === 'read' && key(n.node) === own);
+    // A reader holds unless a writer of another sequence is ahead of it.
+    if (mode === 'read') return ahead.every((n) => modeOf(n.node) !== 'write' || key(n.node) === own);
+    return false;
+  });
+}
+
+/**
+ * Curator's InterProcessSemaphoreV2 layout: lease nodes under `leases`, acquirers serialised by
+ * the internal mutex `locks`. An acquirer creates its lease while holding the internal lock and
+ * keeps holding it until the lease is granted, so at most one lease is pending: the newest, owned
+ * by the internal lock's holder.
+ */
+async function readSemaphore(
+  session: ZkSession,
+  path: string,
+  children: readonly string[],
+  permits: number | undefined,
+  limit: Limit,
+): Promise<LockInfo> {
+  const leasesPath = joinPath(path, 'leases');
+  const locksPath = joinPath(path, 'locks');
+  const [leaseNames, lockNames] = await Promise.all([
+    children.includes('leases') ? limit(() => childrenOrNull(session, leasesPath)) : Promise.resolve([]),
+    children.includes('locks') ? limit(() => childrenOrNull(session, locksPath)) : Promise.resolve([]),
+  ]);
+  const [leases, acquirers] = await Promise.all([
+    readNodes(session, leasesPath, sortChildren(leaseNames ?? [], ['lease-']), limit),
+    readNodes(session, locksPath, sortChildren(lockNames ?? [], ['lock-']), limit),
+  ]);
+  const now = Date.now();
+  let used: RawNode[];
+  let pending: RawNode[];
+  if (permits !== undefined) {
+    used = leases.slice(0, permits);
+    pending = leases.slice(permits);
+  } else {
+    const newest = leases.at(-1);
+    const internalHolder = acquirers[0];
+    const isPending =
+      newest !== undefined &&
+      internalHolder !== undefined &&
+      newest.stat.ephemeralOwner === internalHolder.stat.ephemeralOwner &&
+      newest.stat.czxid > internalHolder.stat.czxid;
+    used = isPending ? leases.slice(0, -1) : leases;
+    pending = isPending ? [newest] : [];
+  }
+  // The internal lock's holder is the acquirer whose lease is pending: list it once.
+  const queued = pending.length > 0 ? acquirers.slice(1) : acquirers;
+  const info: LockInfo = {
+    path,
+    kind: leases.length === 0 && acquirers.length === 0 ? 'idle' : 'semaphore',
+    holders: used.map((n) => contender(n, true, now)),
+    waiting: [...pending.map((n) => contender(n, false, now)), ...queued.map((n) => contender(n, false, now))],
+    leases: leases.length,
+    ...(permits === undefined ? {} : { permits }),
+  };
+  return info;
+}

@@ -1,0 +1,46 @@
+/**
+ * `nestjs-zk-lock/testing`: an in-memory LockService for unit tests of code that uses
+ * `LockService` or `@WithLock`, without ZooKeeper.
+ */
+import { Module, type DynamicModule } from '@nestjs/common';
+import { DiscoveryModule } from '@nestjs/core';
+import { LockService } from '../nest/lock.service.js';
+import { WithLockExplorer } from '../nest/with-lock.explorer.js';
+import { FAKE_LOCK_OPTIONS, FakeLockService, type FakeLockServiceOptions } from './fake-lock.service.js';
+
+export { FakeLockService, FakeLockStore, FAKE_LOCK_OPTIONS, type FakeLockServiceOptions } from './fake-lock.service.js';
+
+/** @publicApi */
+export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions {
+  /** Register LockService globally (default true, so every module under test can inject it). */
+  isGlobal?: boolean;
+}
+
+/**
+ * Stands in for `ZkLockModule` in tests: provides `LockService` as a `FakeLockService` (also
+ * injectable as `FakeLockService`, for its test helpers) and checks `@WithLock` names at startup
+ * like the real module.
+ *
+ * ```ts
+ * Test.createTestingModule({ imports: [ZkLockTestingModule.forRoot(), SalesModule] })
+ * ```
+ * @publicApi
+ */
+@Module({})
+export class ZkLockTestingModule {
+  static forRoot(options: ZkLockTestingModuleOptions = {}): DynamicModule {
+    const { isGlobal = true, ...fakeOptions } = options;
+    return {
+      module: ZkLockTestingModule,
+      global: isGlobal,
+      imports: [DiscoveryModule],
+      providers: [
+        { provide: FAKE_LOCK_OPTIONS, useValue: fakeOptions },
+        FakeLockService,
+        { provide: LockService, useExisting: FakeLockService },
+        WithLockExplorer,
+      ],
+      exports: [LockService, FakeLockService],
+    };
+  }
+}
