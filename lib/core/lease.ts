@@ -29,6 +29,11 @@ export interface Lease extends AsyncDisposable {
 }
 
 export interface NodeLeaseOptions {
+  /** For diagnostics events: the recipe kind and lock path this lease belongs to. */
+  kind?: string;
+  lockPath?: string;
+  /** Publish no diagnostics events (internal locks). */
+  silent?: boolean;
   /** Max hold time: the lease releases itself after this long and its signal aborts ('lease-expired'). */
   leaseMs?: number;
   /** Called once when the lease stops being held (released or lost), before the node is deleted. */
@@ -95,7 +100,7 @@ export class NodeLease implements Lease, SessionBound {
     if (this.releasing) return this.releasing;
     if (this.ended) return Promise.resolve();
     this.end();
-    publish(LockChannels.released, () => ({ name: this.name, path: this.path, heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish(LockChannels.released, () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
     this.releasing = this.deleteNode();
     return this.releasing;
   }
@@ -111,8 +116,12 @@ export class NodeLease implements Lease, SessionBound {
   private lose(reason: LockLostReason): void {
     if (this.ended) return;
     this.end();
-    publish(LockChannels.lost, () => ({ name: this.name, path: this.path, reason, heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish(LockChannels.lost, () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
     this.controller.abort(new LockLostError(this.name, reason));
+  }
+
+  private describe() {
+    return { name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind };
   }
 
   private end(): void {

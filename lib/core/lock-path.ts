@@ -40,7 +40,7 @@ export function validateZkPath(path: string): string | undefined {
  */
 export function resolveLockPath(basePath: string, name: unknown): string {
   if (typeof name !== 'string') {
-    throw new InvalidLockNameError(String(name), `expected a string, got ${name === null ? 'null' : typeof name}`);
+    throw new InvalidLockNameError(safeString(name), `expected a string, got ${name === null ? 'null' : typeof name}`);
   }
   if (name.trim() === '') throw new InvalidLockNameError(name, 'is empty');
   const path = name.startsWith('/') ? name : basePath === '/' ? `/${name}` : `${basePath}/${name}`;
@@ -106,4 +106,13 @@ export function protectedPrefixOf(name: string): string | undefined {
 export function sequenceOf(name: string): number | undefined {
   const match = /(\d{10})$/.exec(name);
   return match ? Number(match[1]) : undefined;
+}
+
+/** String(value) for messages, even for objects without a prototype or a throwing toString. */
+function safeString(value: unknown): string {
+  try {
+    return String(value);
+  } catch {
+    return Object.prototype.toString.call(value);
+  }
 }

@@ -20,6 +20,10 @@ export type Verdict =
 export interface QueueSpec {
   /** The lock's name, for errors. */
   lockName: string;
+  /** For diagnostics events: the recipe's kind and lock path; `silent` publishes nothing. */
+  kind?: string;
+  lockPath?: string;
+  silent?: boolean;
   /** The node under which contenders queue. */
   parentPath: string;
   /** Node name after the protected prefix: "lock-", "__READ__", "__WRIT__", "lease-". */
@@ -189,9 +193,10 @@ class QueueWaiter {
           this.cancel ??= { reason: 'timeout' };
           throw CANCELLED;
         }
-        if (!this.contended) {
+        if (!this.contended && !this.spec.silent) {
           this.contended = true;
-          publish(LockChannels.contended, () => ({ name: this.spec.lockName, path: this.spec.parentPath }));
+          const { lockName, parentPath, kind, lockPath } = this.spec;
+          publish(LockChannels.contended, () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
         }
         if (this.barge) {
           // Step out of the queue, wait for the current head to go, then race for it again.

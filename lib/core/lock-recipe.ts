@@ -1,5 +1,7 @@
 import { CountedLease, ReentrantHandle } from './counted-lease.js';
-import { LockNotAcquiredError } from './errors.js';
+import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
+import { validateZkPath } from './lock-path.js';
+import { describe } from './connection-options.js';
 import { LockChannels, publish } from './diagnostics.js';
 import { validateAcquireOptions } from './acquire-options.js';
 import type { LockEngine } from './lock-engine.js';
@@ -34,7 +36,17 @@ export abstract class LockRecipe implements Lockable {
     readonly name: string,
     readonly path: string,
     protected readonly reentrant: boolean,
-  ) {}
+    /** Internal locks (a semaphore's) publish no diagnostics events of their own. */
+    protected readonly silent = false,
+  ) {
+    const problem = typeof path === 'string' ? (path === '/' ? 'is the root' : validateZkPath(path)) : 'must be a string';
+    if (problem) throw new InvalidLockNameError(String(name), `the path ${typeof path === 'string' ? JSON.stringify(path) : typeof path} ${problem}`);
+  }
+
+  /** What every lease of this lock says about itself in diagnostics events. */
+  protected leaseOptions(leaseMs: number | undefined) {
+    return { leaseMs, kind: this.kind, lockPath: this.path, silent: this.silent };
+  }
 
   protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
 
@@ -54,23 +66,27 @@ export abstract class LockRecipe implements Lockable {
       if (held instanceof ReentrantHandle && held.isHeld) return held.reenter();
     }
     const started = performance.now();
-    publish(LockChannels.acquireStart, () => ({ name: this.name, path: this.path, kind: this.kind }));
+    const channels = this.silent ? undefined : LockChannels;
+    if (channels) publish(channels.acquireStart, () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
     let lease: Lease;
     try {
       lease = await this.acquireNew(options);
     } catch (error) {
-      publish(LockChannels.notAcquired, () => ({
+      if (channels) publish(channels.notAcquired, () => ({
         name: this.name,
         path: this.path,
+        lockPath: this.path,
         kind: this.kind,
         reason: error instanceof LockNotAcquiredError ? error.reason : 'error',
         waitedMs: performance.now() - started,
       }));
       throw error;
     }
-    publish(LockChannels.acquired, () => ({
+    if (channels) publish(channels.acquired, () => ({
       name: this.name,
       path: this.path,
+      lockPath: this.path,
+      leases: 'leases' in lease ? (lease.leases as unknown[]).length : 1,
       kind: this.kind,
       waitedMs: performance.now() - started,
       fencingToken: lease.fencingToken,
@@ -99,4 +115,17 @@ export abstract class LockRecipe implements Lockable {
   runHolding<T>(lease: Lease, fn: () => T): T {
     return LockContext.run(this.contextKey, lease, fn);
   }
+}
+
+/** Checks a recipe's options object from untyped callers: an object, with real booleans. */
+export function checkRecipeOptions<T extends object>(options: T | undefined, booleans: readonly (keyof T & string)[] = []): T {
+  if (options === undefined) return {} as T;
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw new InvalidOptionError('options', `expected an object, got ${describe(options)}`);
+  }
+  for (const key of booleans) {
+    const value = (options as Record<string, unknown>)[key];
+    if (value !== undefined && typeof value !== 'boolean') throw new InvalidOptionError(key, `expected true or false, got ${describe(value)}`);
+  }
+  return options;
 }

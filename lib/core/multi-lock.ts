@@ -1,5 +1,6 @@
 import { LockNotAcquiredError, LockUsageError } from './errors.js';
 import { validateAcquireOptions } from './acquire-options.js';
+import { describe } from './connection-options.js';
 import type { AcquireOptions } from './lock-queue.js';
 import type { Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
@@ -17,6 +18,10 @@ export class MultiLock implements Lockable {
 
   constructor(members: readonly Lockable[]) {
     if (!Array.isArray(members) || members.length === 0) throw new LockUsageError('A multi-lock needs at least one member');
+    for (const m of members as unknown[]) {
+      const ok = m !== null && typeof m === 'object' && typeof (m as Lockable).acquire === 'function' && typeof (m as Lockable).path === 'string';
+      if (!ok) throw new LockUsageError(`A multi-lock member must be a lock object (mutex, read/write half, semaphore), got ${describe(m)}`);
+    }
     const keyed = members.map((m) => ({ m, key: `${m.path}\u0000${m.kind}` }));
     keyed.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     for (let i = 1; i < keyed.length; i++) {

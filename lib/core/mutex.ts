@@ -1,7 +1,7 @@
 import { optionalPositiveInteger } from './connection-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
-import { LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 
 export { type Lockable } from './lock-recipe.js';
@@ -16,12 +16,17 @@ export interface MutexOptions {
   fair?: boolean;
   /** Max hold time in ms; the lease releases itself after it and its signal aborts. */
   leaseMs?: number;
+  /** @internal A recipe's own lock (e.g. a semaphore's): no diagnostics events. */
+  internal?: boolean;
 }
 
 /** The mutex predicate: index 0 holds; otherwise watch the immediate predecessor. */
-export function mutexSpec(lockName: string, parentPath: string): QueueSpec {
+export function mutexSpec(lockName: string, parentPath: string, silent = false): QueueSpec {
   return {
     lockName,
+    kind: 'mutex',
+    lockPath: parentPath,
+    silent,
     parentPath,
     nodeName: 'lock-',
     sortMarkers: ['lock-'],
@@ -37,15 +42,16 @@ export class Mutex extends LockRecipe {
   private readonly leaseMs: number | undefined;
   private readonly spec: QueueSpec;
 
-  constructor(engine: LockEngine, name: string, path: string, options: MutexOptions = {}) {
-    super(engine, name, path, options.reentrant ?? true);
+  constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
+    options = checkRecipeOptions(options, ['reentrant', 'fair']);
+    super(engine, name, path, options.reentrant ?? true, options.internal ?? false);
     this.fair = options.fair ?? true;
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
-    this.spec = mutexSpec(name, path);
+    this.spec = mutexSpec(name, path, options.internal ?? false);
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
     const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
-    return new NodeLease(this.engine, this.name, entry, { leaseMs: this.leaseMs });
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
   }
 }

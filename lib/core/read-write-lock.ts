@@ -3,7 +3,7 @@ import { LockUsageError } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
 import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
-import { LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 
 const READ = '__READ__';
@@ -26,7 +26,8 @@ export class ReadWriteLock {
   readonly read: ReadLock;
   readonly write: WriteLock;
 
-  constructor(engine: LockEngine, name: string, path: string, options: ReadWriteLockOptions = {}) {
+  constructor(engine: LockEngine, name: string, path: string, options?: ReadWriteLockOptions) {
+    options = checkRecipeOptions(options);
     const leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
     this.write = new WriteLock(engine, name, path, leaseMs);
     this.read = new ReadLock(engine, name, path, leaseMs, this.write);
@@ -46,6 +47,8 @@ export class WriteLock extends LockRecipe {
     super(engine, name, path, true);
     this.spec = {
       lockName: name,
+      kind: 'write',
+      lockPath: path,
       parentPath: path,
       nodeName: WRITE,
       sortMarkers: MARKERS,
@@ -69,7 +72,7 @@ export class WriteLock extends LockRecipe {
       );
     }
     const entry = await acquireInQueue(this.engine, this.spec, options);
-    return new NodeLease(this.engine, this.name, entry, { leaseMs: this.leaseMs });
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
   }
 }
 
@@ -90,6 +93,8 @@ export class ReadLock extends LockRecipe {
     const ownWriter = this.writeLock.heldNodeName();
     const spec: QueueSpec = {
       lockName: this.name,
+      kind: 'read',
+      lockPath: this.path,
       parentPath: this.path,
       nodeName: READ,
       sortMarkers: MARKERS,
@@ -105,6 +110,6 @@ export class ReadLock extends LockRecipe {
       },
     };
     const entry = await acquireInQueue(this.engine, spec, options);
-    return new NodeLease(this.engine, this.name, entry, { leaseMs: this.leaseMs });
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
   }
 }

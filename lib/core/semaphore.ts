@@ -2,6 +2,7 @@ import { InvalidOptionError, LockNotAcquiredError } from './errors.js';
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath } from './lock-path.js';
+import { isZkCode, ZkCode } from './zk-error.js';
 import { acquireInQueue, SessionEndedError, type AcquireOptions, type QueueSpec } from './lock-queue.js';
 import { LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
@@ -43,10 +44,12 @@ export class Semaphore extends LockRecipe {
     if (options.permits === undefined) throw new InvalidOptionError('permits', 'is required');
     this.permits = positiveInteger(options.permits, 'permits', 1);
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
-    this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false });
+    this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false, internal: true });
     const leasesPath = joinPath(path, 'leases');
     this.leaseSpec = {
       lockName: name,
+      kind: 'semaphore',
+      lockPath: path,
       parentPath: leasesPath,
       nodeName: 'lease-',
       sortMarkers: ['lease-'],
@@ -90,6 +93,9 @@ export class Semaphore extends LockRecipe {
 
   private async acquireOneInSession(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
+    // Try-once with every lease taken: say so at once instead of queueing for the internal lock
+    // behind a waiter that holds it.
+    if (tryOnce && (await this.leasesInUse()) >= this.permits) throw new LockNotAcquiredError(this.name, 'timeout');
     const remaining = () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
     let internal: Lease;
     try {
@@ -108,9 +114,19 @@ export class Semaphore extends LockRecipe {
         signal: options.signal,
         session,
       });
-      return new NodeLease(this.engine, this.name, entry, { leaseMs: this.leaseMs });
+      return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
     } finally {
       await internal.release();
+    }
+  }
+
+  private async leasesInUse(): Promise<number> {
+    const session = await this.engine.connection.whenConnected();
+    try {
+      return (await session.getChildren(this.leaseSpec.parentPath)).children.length;
+    } catch (error) {
+      if (isZkCode(error, ZkCode.NONODE)) return 0;
+      throw error;
     }
   }
 

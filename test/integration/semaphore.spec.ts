@@ -422,6 +422,27 @@ describe('Semaphore against a real ZooKeeper', () => {
       await holder.release();
     });
 
+    it('tryAcquire() returns null promptly also while another client waits for a permit (and so holds the internal lock)', async () => {
+      const holderEngine = await engine();
+      const waiterEngine = await engine();
+      const other = await engine();
+      const observer = await connect();
+      const path = uniquePath('sem-try-waiter');
+      const holder = await new Semaphore(holderEngine, 'try-w', path, { permits: 1 }).acquire();
+      const waiting = new Semaphore(waiterEngine, 'try-w', path, { permits: 1 }).acquire();
+      await untilChildCount(observer, `${path}/locks`, 1); // the waiter holds <path>/locks while it waits
+
+      const started = Date.now();
+      expect(await new Semaphore(other, 'try-w', path, { permits: 1 }).tryAcquire()).toBeNull();
+      const took = Date.now() - started;
+      await other.drain();
+      expect(await nodesOf(observer, `${path}/leases`, other.connection.sessionId!)).toEqual([]);
+      expect(await nodesOf(observer, `${path}/locks`, other.connection.sessionId!)).toEqual([]);
+      await holder.release();
+      await (await within(waiting, 20_000, 'waiter')).release();
+      expect(took).toBeLessThan(1000);
+    });
+
     it('testSimple2: 3 permits → three acquires succeed, the 4th try gets null; after one release an acquire succeeds', async () => {
       const e = await engine();
       const observer = await connect();
@@ -586,8 +607,8 @@ describe('Semaphore against a real ZooKeeper', () => {
           const second = await within(Promise.all([waiting, newcomer]), 20_000, 'second of re-queued waiter and newcomer').catch(explain);
           await Promise.all(second.map((l) => l.release()));
         } finally {
-          // Close the waiter while it is connected: closing it after the proxy is torn down can hit
-          // the unhandled rejection of the close-while-relisting test below, which kills Jest.
+          // A still-waiting waiter is closed while connected, before the proxy is torn down (a
+          // waiter closed while cut off once ended in the unhandled rejection tested below).
           await waiterEngine.connection.close();
         }
 
