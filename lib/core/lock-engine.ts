@@ -1,4 +1,5 @@
 import { InvalidOptionError } from './errors.js';
+import { positiveInteger } from './connection-options.js';
 import { holderData, type HolderIdentity } from './holder-data.js';
 import { ancestorsOf, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
@@ -14,6 +15,8 @@ export interface LockEngineOptions extends HolderIdentity {
    * only clients with the same credentials can take or break these locks. Default: open.
    */
   parentAcl?: readonly ZkAcl[];
+  /** How long `@WithLock` waits when the decorator names no `waitMs` (e.g. from config). Default 0. */
+  defaultWaitMs?: number;
 }
 
 /** Everyone may read (inspect); only the creating identity (the `auth` credentials) may change. */
@@ -35,6 +38,7 @@ export function validateEngineOptions(options: LockEngineOptions): string {
       );
     if (!ok) throw new InvalidOptionError('parentAcl', 'expected a list of { perms: 0..31, scheme: string, id: string }');
   }
+  if (options.defaultWaitMs !== undefined) positiveInteger(options.defaultWaitMs, 'defaultWaitMs', 0, 0);
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
@@ -81,6 +85,10 @@ export class LockEngine {
   warn(message: string): void {
     if (this.warningListeners.size === 0) process.emitWarning(message, 'ZkLockWarning');
     for (const listener of this.warningListeners) listener(message);
+  }
+
+  get defaultWaitMs(): number {
+    return this.identity.defaultWaitMs ?? 0;
   }
 
   /** Fresh holder data for a new node (created-at changes per node). */

@@ -72,6 +72,16 @@ export class LockService {
     return inspectLock(this.connection, this.pathOf(name), options);
   }
 
+  /** Parent of relative lock names (`basePath` option). */
+  get basePath(): string {
+    return this.engine.basePath;
+  }
+
+  /** What `@WithLock` waits when the decorator names no `waitMs` (`defaultWaitMs` option). */
+  get defaultWaitMs(): number {
+    return this.engine.defaultWaitMs ?? 0;
+  }
+
   get state(): ConnectionState {
     return this.connection.state;
   }

@@ -4,7 +4,7 @@ export interface WithLockOptions {
   kind?: 'mutex' | 'read' | 'write' | 'semaphore';
   /** For `kind: 'semaphore'`: the permit count (every participant must agree). */
   permits?: number;
-  /** How long to wait for the lock: 0 (default) tries once. */
+  /** How long to wait for the lock: 0 tries once. Default: the module's `defaultWaitMs` (0). */
   waitMs?: number;
   /** Max hold time: the lease releases itself after it, and `LockContext.current().signal` aborts. */
   leaseMs?: number;

@@ -200,7 +200,7 @@ class LockedCall {
   /** The lease, or undefined when the call is skipped; throws per `onLocked`. */
   private async acquire(lockable: Lockable): Promise<Lease | undefined> {
     try {
-      return await lockable.acquire({ waitMs: this.options.waitMs ?? 0 });
+      return await lockable.acquire({ waitMs: this.options.waitMs ?? this.service.defaultWaitMs });
     } catch (error) {
       if (!(error instanceof LockNotAcquiredError) || error.reason !== 'timeout') throw error;
       const onLocked = this.options.onLocked ?? (this.isJob() ? 'skip' : 'throw');
