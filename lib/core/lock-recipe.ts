@@ -94,26 +94,40 @@ export abstract class LockRecipe implements Lockable {
     return this.reentrant ? new CountedLease(lease).handle() : lease;
   }
 
-  async tryAcquire(): Promise<Lease | null> {
-    try {
-      return await this.acquire({ waitMs: 0 });
-    } catch (error) {
-      if (error instanceof LockNotAcquiredError && error.reason === 'timeout') return null;
-      throw error;
-    }
+  tryAcquire(): Promise<Lease | null> {
+    return tryOnce(this);
   }
 
-  async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
-    const lease = await this.acquire(options);
-    try {
-      return await this.runHolding(lease, () => fn(lease));
-    } finally {
-      await lease.release();
-    }
+  withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    return runWithLock(this, fn, options);
   }
 
   runHolding<T>(lease: Lease, fn: () => T): T {
     return LockContext.run(this.contextKey, lease, fn);
+  }
+}
+
+/** One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
+export async function tryOnce(lock: Pick<Lockable, 'acquire'>): Promise<Lease | null> {
+  try {
+    return await lock.acquire({ waitMs: 0 });
+  } catch (error) {
+    if (error instanceof LockNotAcquiredError && error.reason === 'timeout') return null;
+    throw error;
+  }
+}
+
+/** Acquire, run `fn` holding the lock (re-entrant inside), release in `finally` (every Lockable's withLock). */
+export async function runWithLock<T>(
+  lock: Pick<Lockable, 'acquire' | 'runHolding'>,
+  fn: (lease: Lease) => T | Promise<T>,
+  options?: AcquireOptions,
+): Promise<T> {
+  const lease = await lock.acquire(options);
+  try {
+    return await lock.runHolding(lease, () => fn(lease));
+  } finally {
+    await lease.release();
   }
 }
 

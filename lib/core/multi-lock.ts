@@ -1,8 +1,8 @@
-import { LockNotAcquiredError, LockUsageError } from './errors.js';
+import { LockUsageError } from './errors.js';
 import { validateAcquireOptions } from './acquire-options.js';
 import { describe } from './connection-options.js';
 import type { AcquireOptions } from './lock-queue.js';
-import type { Lockable } from './lock-recipe.js';
+import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
 import { LeaseGroup, releaseAll } from './multi-lease.js';
 
@@ -56,22 +56,12 @@ export class MultiLock implements Lockable {
     return new LeaseGroup(this.name, leases);
   }
 
-  async tryAcquire(): Promise<Lease | null> {
-    try {
-      return await this.acquire({ waitMs: 0 });
-    } catch (error) {
-      if (error instanceof LockNotAcquiredError && error.reason === 'timeout') return null;
-      throw error;
-    }
+  tryAcquire(): Promise<Lease | null> {
+    return tryOnce(this);
   }
 
-  async withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
-    const group = await this.acquire(options);
-    try {
-      return await this.runHolding(group, () => fn(group));
-    } finally {
-      await group.release();
-    }
+  withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
+    return runWithLock(this, fn, options);
   }
 
   /** Each member counts as held by the call chain (nested acquires re-enter). */

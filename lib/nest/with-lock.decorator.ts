@@ -104,40 +104,28 @@ class LockedCall {
   }
 
   asObservable(): Observable<unknown> {
+    const lockable = this.lockable();
     return new Observable<unknown>((subscriber) => {
-      let lease: Lease | undefined;
       let unsubscribed = false;
       let inner: { unsubscribe(): void } | undefined;
-      const lockable = this.lockable();
       this.acquire(lockable).then(
-        (acquired) => {
-          if (!acquired) return subscriber.complete(); // skipped
-          lease = acquired;
-          if (unsubscribed) return this.release(acquired);
+        (lease) => {
+          if (!lease) return subscriber.complete(); // skipped
+          if (unsubscribed) return this.release(lease); // gone while we waited for the lock
+          let source: Observable<unknown>;
           try {
-            const source = lockable.runHolding(acquired, () => this.original.apply(this.self, this.args)) as Observable<unknown>;
-            inner = source.subscribe({
-              next: (value) => subscriber.next(value),
-              error: (error) => {
-                this.release(acquired);
-                subscriber.error(error);
-              },
-              complete: () => {
-                this.release(acquired);
-                subscriber.complete();
-              },
-            });
+            source = lockable.runHolding(lease, () => this.original.apply(this.self, this.args)) as Observable<unknown>;
           } catch (error) {
-            this.release(acquired);
-            subscriber.error(error);
+            this.release(lease);
+            return subscriber.error(error);
           }
+          inner = this.holdUntilDone(lockable, lease, source).subscribe(subscriber);
         },
         (error) => subscriber.error(error),
       );
       return () => {
         unsubscribed = true;
         inner?.unsubscribe();
-        if (lease) this.release(lease);
       };
     });
   }
