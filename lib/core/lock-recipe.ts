@@ -63,7 +63,7 @@ export abstract class LockRecipe implements Lockable {
     validateAcquireOptions(options);
     if (this.reentrant) {
       const held = LockContext.heldByChain(this.contextKey);
-      if (held instanceof ReentrantHandle && held.isHeld) return held.reenter();
+      if (held instanceof ReentrantHandle && held.isHeld && this.owns(held)) return held.reenter();
     }
     const started = performance.now();
     const channels = this.silent ? undefined : LockChannels;
@@ -100,6 +100,12 @@ export abstract class LockRecipe implements Lockable {
 
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
     return runWithLock(this, fn, options);
+  }
+
+  /** Re-entrancy trusts only a lease of this very lock on this connection's current session. */
+  private owns(lease: Lease): boolean {
+    const session = this.engine.connection?.session;
+    return lease.path.startsWith(`${this.path}/`) && (!session || lease.sessionId === session.id);
   }
 
   runHolding<T>(lease: Lease, fn: () => T): T {

@@ -1,4 +1,4 @@
-import { InvalidOptionError, LockNotAcquiredError } from './errors.js';
+import { ConnectionClosedError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath } from './lock-path.js';
@@ -121,7 +121,9 @@ export class Semaphore extends LockRecipe {
   }
 
   private async leasesInUse(): Promise<number> {
-    const session = await this.engine.connection.whenConnected();
+    const session = await this.engine.connection.whenConnected().catch((error: unknown) => {
+      throw error instanceof ConnectionClosedError ? new LockNotAcquiredError(this.name, 'connection', undefined, { cause: error }) : error;
+    });
     try {
       return (await session.getChildren(this.leaseSpec.parentPath)).children.length;
     } catch (error) {

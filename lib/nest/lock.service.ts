@@ -50,7 +50,7 @@ export class LockService {
   }
 
   /** Acquires the mutex `name`, runs `fn` with the lease, releases in `finally`. */
-  withLock<T>(name: string, fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions & MutexOptions): Promise<T> {
+  async withLock<T>(name: string, fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions & MutexOptions): Promise<T> {
     const { waitMs, signal, ...mutexOptions } = options ?? {};
     return this.mutex(name, mutexOptions).withLock(fn, { waitMs, signal });
   }
