@@ -1,0 +1,661 @@
+// A benchmark agent: one Node process with one ZooKeeper connection (and, if asked, one ioredis
+// client) that runs workloads on command from bench/run.mjs. Commands and replies are JSON lines
+// on stdin/stdout, one command at a time, replies in order; nothing else goes to stdout.
+//
+//   node --expose-gc bench/agent.mjs '{"zk":"127.0.0.1:2181","redisPort":6379,"name":"main"}'
+//
+// Every lock workload checks itself with a non-atomic counter: inside the lock a worker reads the
+// counter, yields two event-loop turns, and writes it + 1. Two holders at once lose an
+// update, so the final value must equal the number of acquisitions. The counter is a variable of
+// this process ("mem") or an 8-byte file in /dev/shm shared with other processes.
+import { closeSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { Session as InspectorSession } from 'node:inspector';
+import { createInterface } from 'node:readline';
+import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/promises';
+import { CreateMode, LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from '../dist/index.js';
+import { mntr, notificationsIn } from './support.mjs';
+
+const config = JSON.parse(process.argv[2] ?? '{}');
+const ZK = config.zk;
+const SESSION_TIMEOUT_MS = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// Connections
+
+async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS) {
+  const connection = new ZkConnection({ connectString: ZK, sessionTimeoutMs });
+  await connection.connect();
+  return connection;
+}
+
+const connection = await openConnection();
+const engine = new LockEngine(connection, { app: 'bench' });
+engine.onWarning((message) => process.stderr.write(`warning: ${message}\n`));
+
+let redis;
+async function redisClient() {
+  if (!config.redisPort) throw new Error('no redis-server in this run');
+  if (!redis) {
+    const { Redis } = await import('ioredis');
+    redis = new Redis({ host: '127.0.0.1', port: config.redisPort, lazyConnect: true, enableAutoPipelining: false });
+    await redis.connect();
+  }
+  return redis;
+}
+
+/** A pool of extra connections (one session per W4 waiter), opened on demand. */
+const pool = [];
+async function poolOf(size) {
+  while (pool.length < size) {
+    const batch = await Promise.all(Array.from({ length: Math.min(16, size - pool.length) }, () => openConnection(30_000)));
+    for (const c of batch) pool.push({ connection: c, engine: new LockEngine(c, { app: 'bench' }) });
+  }
+  return pool.slice(0, size);
+}
+async function closePool() {
+  for (const { connection: c, engine: e } of pool.splice(0)) {
+    await e.drain();
+    await c.close();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The non-atomic counter
+
+function openCounter(spec) {
+  if (spec === 'mem') {
+    let value = 0;
+    return { read: () => value, write: (v) => (value = v), close: () => undefined };
+  }
+  const fd = openSync(spec, 'r+');
+  const buf = Buffer.alloc(8);
+  return {
+    read: () => {
+      readSync(fd, buf, 0, 8, 0);
+      return Number(buf.readBigInt64LE(0));
+    },
+    write: (v) => {
+      buf.writeBigInt64LE(BigInt(v), 0);
+      writeSync(fd, buf, 0, 8, 0);
+    },
+    close: () => closeSync(fd),
+  };
+}
+
+/**
+ * Two event-loop turns between the read and the write: the zookeeper binding delivers one
+ * response per poll phase, so with a single setImmediate the read (poll phase) and the write
+ * (check phase) would always fall in the same loop iteration and an unlocked run would pass
+ * (checked with the `none` peer). The second turn lets the next poll phase run in between.
+ */
+function yieldTurns() {
+  return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
+}
+
+async function bump(counter) {
+  const v = counter.read();
+  await yieldTurns();
+  counter.write(v + 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The peers: each makes one worker's lock with acquire() → handle and release(handle)
+
+const EMPTY = Buffer.alloc(0);
+
+/** Makes `path` and its ancestors as persistent nodes (for the peers that do not use containers). */
+async function ensurePath(session, path) {
+  let at = '';
+  for (const part of path.split('/').filter(Boolean)) {
+    at += `/${part}`;
+    try {
+      await session.create(at, EMPTY, CreateMode.PERSISTENT);
+    } catch (error) {
+      if (error?.codeName !== 'NODEEXISTS' && error?.code !== -110) throw error;
+    }
+  }
+}
+
+/**
+ * The "herd" lock of blog posts: a sequential ephemeral node, then getChildren with a watch on
+ * the parent; the lowest sequence holds, everyone else waits for any change of the children and
+ * looks again. Every waiter wakes on every change.
+ */
+function herdLock(session, path) {
+  return {
+    async acquire() {
+      const me = await session.create(`${path}/herd-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL);
+      const name = me.slice(path.length + 1);
+      for (;;) {
+        let wake;
+        const changed = new Promise((resolve) => (wake = resolve));
+        const { children } = await session.getChildren(path, () => wake());
+        children.sort();
+        if (children[0] === name) return me;
+        await changed;
+      }
+    },
+    release: (me) => session.delete(me),
+  };
+}
+
+async function makePeer(peer, path, on = { connection, engine }) {
+  const session = on.connection.session;
+  switch (peer) {
+    case 'ours': {
+      return () => {
+        const mutex = new Mutex(on.engine, path, path);
+        return { acquire: () => mutex.acquire(), release: (lease) => lease.release() };
+      };
+    }
+    case 'herd':
+      await ensurePath(session, path);
+      return () => herdLock(session, path);
+    case 'redis': {
+      const { Mutex: RedisMutex } = await import('redis-semaphore');
+      const client = await redisClient();
+      // Library defaults (SET NX PX, poll every 10 ms) except a longer acquire timeout, so
+      // that a starved worker waits instead of failing the run.
+      return () => {
+        const mutex = new RedisMutex(client, `bench:${path}`, { acquireTimeout: 300_000 });
+        return { acquire: () => mutex.acquire(), release: () => mutex.release() };
+      };
+    }
+    case 'raw':
+      await ensurePath(session, path);
+      return () => ({
+        acquire: () => session.create(`${path}/raw-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL).then((p) => session.delete(p)),
+        release: () => undefined,
+        noLock: true,
+      });
+    case 'none':
+      // Negative control for the counter check: no lock at all (must fail the check).
+      return () => ({ acquire: () => session.exists(path), release: () => undefined });
+    case 'exists':
+      await ensurePath(session, path);
+      return () => ({ acquire: () => session.exists(path), release: () => undefined, noLock: true });
+    default:
+      throw new Error(`unknown peer ${peer}`);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workloads
+
+/** V8's sampling profiler over one measured window only (not start-up), 100 µs interval. */
+async function startProfiler() {
+  const session = new InspectorSession();
+  session.connect();
+  const post = (method, params) => new Promise((resolve, reject) => session.post(method, params, (e, r) => (e ? reject(e) : resolve(r))));
+  await post('Profiler.enable');
+  await post('Profiler.setSamplingInterval', { interval: 100 });
+  await post('Profiler.start');
+  return {
+    async stop() {
+      const { profile } = await post('Profiler.stop');
+      session.disconnect();
+      return profile;
+    },
+  };
+}
+
+async function untilEpoch(t) {
+  const wait = t - Date.now();
+  if (wait > 0) await sleep(wait);
+}
+
+function cpuMsSince(start) {
+  const d = process.cpuUsage(start);
+  return (d.user + d.system) / 1000;
+}
+
+/**
+ * W1/W2/W3 and the raw peers: `workers` loops from t0 until t1 (epoch ms), each acquiring,
+ * bumping the counter and releasing. Reports acquisitions (all, and those returned before t1),
+ * acquire latencies (ms) of the in-window ones, per-worker counts and this process's CPU time.
+ */
+async function timedRun({ peer, workers, path, t0, t1, counter: counterSpec = 'mem', maxSamples = 50_000, profile }) {
+  const factory = await makePeer(peer, path);
+  const locks = Array.from({ length: workers }, () => factory());
+  const counter = locks[0].noLock ? undefined : openCounter(counterSpec);
+  const perWorker = new Array(workers).fill(0);
+  const lat = [];
+  const errors = [];
+  let inWindow = 0;
+  const profiler = profile ? await startProfiler() : undefined;
+  await untilEpoch(t0);
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  await Promise.all(
+    locks.map(async (lock, w) => {
+      try {
+        while (Date.now() < t1) {
+          const s = performance.now();
+          const handle = await lock.acquire();
+          const e = performance.now();
+          perWorker[w]++;
+          if (Date.now() < t1) {
+            inWindow++;
+            if (lat.length < maxSamples) lat.push(Math.round((e - s) * 1000) / 1000);
+          }
+          if (counter) await bump(counter);
+          await lock.release(handle);
+        }
+      } catch (error) {
+        errors.push(String(error?.stack ?? error));
+      }
+    }),
+  );
+  const elapsedMs = performance.now() - started;
+  const cpuMs = cpuMsSince(cpu);
+  if (profiler) writeFileSync(profile, JSON.stringify(await profiler.stop()));
+  const value = counter && counterSpec === 'mem' ? counter.read() : -1;
+  counter?.close();
+  await engine.drain();
+  return { acquired: perWorker.reduce((a, b) => a + b, 0), inWindow, perWorker, lat, counter: value, cpuMs, elapsedMs, errors };
+}
+
+/**
+ * W4: `waiters` workers, each on its own session, cycle through one lock holding it `holdMs`.
+ * After `warmup` releases the server's counters are read, then `releases` more releases are
+ * measured: handoff = the next holder's acquire() returning − the release() call; notifications
+ * and requests are the server's counters over those releases. A releasing worker queues again
+ * only once the next holder has the lock, so that in this one process its own re-acquire (create
+ * and listing) never runs on the measured path (separate processes would not share a CPU).
+ */
+async function queueRun({ peer, waiters, holdMs, releases, warmup, path }) {
+  const members = await poolOf(waiters);
+  const locks = [];
+  for (const m of members) locks.push((await makePeer(peer, path, m))());
+  const counter = openCounter('mem');
+  const handoffs = [];
+  const errors = [];
+  let releaseCount = 0;
+  let lastReleaseAt;
+  let measuring = false;
+  let stop = false;
+  let acquired = 0;
+  let before;
+  let after;
+  let measuredReleases = 0;
+  let cpuStart;
+  let cpuMs;
+  let handedOff = () => undefined;
+  await Promise.all(
+    locks.map(async (lock, w) => {
+      // Stagger the first arrivals a little so the queue forms in a defined order.
+      await sleep(w % 4);
+      try {
+        for (;;) {
+          const handle = await lock.acquire();
+          const at = performance.now();
+          handedOff();
+          acquired++;
+          if (measuring && lastReleaseAt !== undefined) handoffs.push(Math.round((at - lastReleaseAt) * 1000) / 1000);
+          await bump(counter);
+          if (!stop) {
+            await sleep(holdMs);
+            releaseCount++;
+            if (releaseCount === warmup) {
+              before = await mntr(ZK);
+              cpuStart = process.cpuUsage();
+              measuring = true;
+            } else if (releaseCount === warmup + releases) {
+              after = await mntr(ZK);
+              cpuMs = cpuMsSince(cpuStart);
+              measuredReleases = releases;
+              measuring = false;
+              stop = true;
+            }
+          }
+          const next = new Promise((resolve) => (handedOff = resolve));
+          lastReleaseAt = performance.now();
+          await lock.release(handle);
+          if (stop) return;
+          if (waiters > 1) await next;
+        }
+      } catch (error) {
+        errors.push(String(error?.stack ?? error));
+        stop = true;
+        handedOff();
+      }
+    }),
+  );
+  for (const m of members) await m.engine.drain();
+  const notifications = before && after ? notificationsIn(before, after) : NaN;
+  const requests = before && after ? after.zk_packets_received - before.zk_packets_received : NaN;
+  return { acquired, counter: counter.read(), handoffs, releases: measuredReleases, notifications, requests, cpuMs, errors };
+}
+
+/** Holds the lock for `ms` (a timer), or for one event-loop turn when 0. */
+function hold(ms) {
+  return ms > 0 ? sleep(ms) : immediate();
+}
+
+/**
+ * Semaphore with `permits`, `workers` loops each holding a lease `holdMs`; checks that never more
+ * than `permits` hold at once.
+ */
+async function semaphoreRun({ permits, workers, path, t0, t1, holdMs = 0 }) {
+  const semaphore = new Semaphore(engine, path, path, { permits });
+  let inside = 0;
+  let maxInside = 0;
+  let inWindow = 0;
+  let acquired = 0;
+  let released = 0;
+  const lat = [];
+  const errors = [];
+  await untilEpoch(t0);
+  const cpu = process.cpuUsage();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      try {
+        while (Date.now() < t1) {
+          const s = performance.now();
+          const lease = await semaphore.acquire();
+          const e = performance.now();
+          acquired++;
+          if (Date.now() < t1) {
+            inWindow++;
+            if (lat.length < 50_000) lat.push(Math.round((e - s) * 1000) / 1000);
+          }
+          inside++;
+          maxInside = Math.max(maxInside, inside);
+          await hold(holdMs);
+          inside--;
+          released++;
+          await lease.release();
+        }
+      } catch (error) {
+        errors.push(String(error?.stack ?? error));
+      }
+    }),
+  );
+  const cpuMs = cpuMsSince(cpu);
+  await engine.drain();
+  return { acquired, released, inWindow, maxInside, lat, cpuMs, errors };
+}
+
+/**
+ * Read-write lock, `readShare` of acquisitions are reads. Writers bump the non-atomic counter
+ * (it must equal the write count); readers check that no writer is inside and that the counter
+ * does not move while they read.
+ */
+async function rwRun({ workers, readShare, path, t0, t1, holdMs = 0 }) {
+  const rw = new ReadWriteLock(engine, path, path);
+  const counter = openCounter('mem');
+  let writers = 0;
+  let readers = 0;
+  let maxReaders = 0;
+  let writes = 0;
+  let reads = 0;
+  let inWindow = 0;
+  let violations = 0;
+  const lat = { read: [], write: [] };
+  const errors = [];
+  await untilEpoch(t0);
+  const cpu = process.cpuUsage();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      try {
+        while (Date.now() < t1) {
+          const read = Math.random() < readShare;
+          const s = performance.now();
+          const lease = await (read ? rw.read : rw.write).acquire();
+          const e = performance.now();
+          if (Date.now() < t1) {
+            inWindow++;
+            const l = lat[read ? 'read' : 'write'];
+            if (l.length < 50_000) l.push(Math.round((e - s) * 1000) / 1000);
+          }
+          if (read) {
+            reads++;
+            readers++;
+            maxReaders = Math.max(maxReaders, readers);
+            const v = counter.read();
+            if (writers > 0) violations++;
+            await hold(holdMs);
+            if (writers > 0 || counter.read() !== v) violations++;
+            readers--;
+          } else {
+            writes++;
+            writers++;
+            if (writers > 1 || readers > 0) violations++;
+            const v = counter.read();
+            await hold(holdMs);
+            counter.write(v + 1);
+            writers--;
+          }
+          await lease.release();
+        }
+      } catch (error) {
+        errors.push(String(error?.stack ?? error));
+      }
+    }),
+  );
+  const cpuMs = cpuMsSince(cpu);
+  await engine.drain();
+  return { reads, writes, inWindow, counter: counter.read(), violations, maxReaders, lat, cpuMs, errors };
+}
+
+function memory() {
+  globalThis.gc?.();
+  globalThis.gc?.();
+  const m = process.memoryUsage();
+  return { rss: m.rss, heapUsed: m.heapUsed, external: m.external };
+}
+
+async function settle() {
+  for (let i = 0; i < 5; i++) await immediate();
+  await sleep(50);
+}
+
+/** `count` distinct locks, all held at once by this process; then all released. */
+async function scaleLocks({ count, base }) {
+  await settle();
+  const m0 = memory();
+  const cpu = process.cpuUsage();
+  const t0 = performance.now();
+  const counters = new Array(count).fill(0);
+  const leases = await Promise.all(
+    Array.from({ length: count }, async (_, i) => {
+      const lease = await new Mutex(engine, `${base}/k${i}`, `${base}/k${i}`).acquire();
+      const v = counters[i];
+      await immediate();
+      counters[i] = v + 1;
+      return lease;
+    }),
+  );
+  const acquireMs = performance.now() - t0;
+  const held = leases.filter((l) => l.isHeld).length;
+  const tokens = new Set(leases.map((l) => `${l.path}`)).size;
+  await settle();
+  const m1 = memory();
+  const t1 = performance.now();
+  await Promise.all(leases.map((l) => l.release()));
+  const releaseMs = performance.now() - t1;
+  const cpuMs = cpuMsSince(cpu);
+  leases.length = 0;
+  await engine.drain();
+  await settle();
+  const m2 = memory();
+  return { count, acquireMs, releaseMs, held, distinctPaths: tokens, counter: counters.reduce((a, b) => a + b, 0), m0, m1, m2, cpuMs };
+}
+
+/** `count` acquirers on one lock: one holds while the rest queue; then the queue drains. */
+async function scaleWaiters({ count, path }) {
+  const mutex = new Mutex(engine, path, path);
+  const counter = openCounter('mem');
+  await settle();
+  const m0 = memory();
+  const first = await mutex.acquire();
+  const t0 = performance.now();
+  let done = 0;
+  const errors = [];
+  const all = Array.from({ length: count - 1 }, async () => {
+    try {
+      const lease = await mutex.acquire();
+      await bump(counter);
+      await lease.release();
+      done++;
+    } catch (error) {
+      errors.push(String(error?.stack ?? error));
+    }
+  });
+  // Queued = every node exists (read on the same session, after the creates).
+  for (;;) {
+    const { children } = await connection.session.getChildren(path);
+    if (children.length >= count) break;
+    await sleep(20);
+  }
+  const enqueueMs = performance.now() - t0;
+  const m1 = memory();
+  const cpu = process.cpuUsage();
+  const t1 = performance.now();
+  await bump(counter);
+  await first.release();
+  await Promise.all(all);
+  const drainMs = performance.now() - t1;
+  const cpuMs = cpuMsSince(cpu);
+  await engine.drain();
+  await settle();
+  const m2 = memory();
+  return { count, enqueueMs, drainMs, acquired: done + 1, counter: counter.read(), m0, m1, m2, cpuMs, errors };
+}
+
+/**
+ * Churn: workers mix contended acquires on one hot lock, locks of many names (new Mutex objects,
+ * containers made and reaped), tries that fail, waits that time out and semaphore leases. Heap
+ * after GC is compared with the heap after a warm-up of the same mix.
+ */
+async function churn({ seconds, base, workers = 8, sampleEverySeconds = 5 }) {
+  const hot = new Mutex(engine, `${base}/hot`, `${base}/hot`);
+  const semaphore = new Semaphore(engine, `${base}/sem`, `${base}/sem`, { permits: 2 });
+  const counter = openCounter('mem');
+  let cycles = 0;
+  let hotAcquired = 0;
+  let timeouts = 0;
+  const errors = [];
+  const loop = async (until) => {
+    while (performance.now() < until) {
+      const r = Math.random();
+      try {
+        if (r < 0.55) {
+          const lease = await hot.acquire();
+          hotAcquired++;
+          await bump(counter);
+          await lease.release();
+        } else if (r < 0.75) {
+          const name = `${base}/n${Math.floor(Math.random() * 256)}`;
+          await new Mutex(engine, name, name).withLock(() => immediate());
+        } else if (r < 0.85) {
+          const lease = await hot.tryAcquire();
+          if (lease) {
+            hotAcquired++;
+            await bump(counter);
+            await lease.release();
+          }
+        } else if (r < 0.92) {
+          try {
+            const lease = await hot.acquire({ waitMs: 1 });
+            hotAcquired++;
+            await bump(counter);
+            await lease.release();
+          } catch (error) {
+            if (error?.name !== 'LockNotAcquiredError') throw error;
+            timeouts++;
+          }
+        } else {
+          const lease = await semaphore.acquire();
+          await immediate();
+          await lease.release();
+        }
+        cycles++;
+      } catch (error) {
+        errors.push(String(error?.stack ?? error));
+        if (errors.length > 20) return;
+      }
+    }
+  };
+  const run = (ms) => Promise.all(Array.from({ length: workers }, () => loop(performance.now() + ms)));
+  const listeners = () => ({
+    state: connection.listenerCount('state'),
+    closed: connection.listenerCount('closed'),
+    lost: connection.listenerCount('lost'),
+    live: engine.liveCount,
+  });
+  await run(Math.min(5000, seconds * 200));
+  await engine.drain();
+  await settle();
+  const before = memory();
+  const listenersBefore = listeners();
+  const cyclesBefore = cycles;
+  const samples = [];
+  const started = performance.now();
+  const end = started + seconds * 1000;
+  const running = run(seconds * 1000);
+  while (performance.now() < end - sampleEverySeconds * 1000) {
+    await sleep(sampleEverySeconds * 1000);
+    samples.push({ s: (performance.now() - started) / 1000, ...memory() });
+  }
+  await running;
+  await engine.drain();
+  await settle();
+  const after = memory();
+  return {
+    seconds,
+    cycles: cycles - cyclesBefore,
+    hotAcquired,
+    counter: counter.read(),
+    timeouts,
+    before,
+    after,
+    samples,
+    listenersBefore,
+    listenersAfter: listeners(),
+    errors,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+const handlers = {
+  run: timedRun,
+  queue: queueRun,
+  closePool: async () => (await closePool(), {}),
+  semaphore: semaphoreRun,
+  rw: rwRun,
+  scaleLocks,
+  scaleWaiters,
+  churn,
+  ping: async () => ({ pid: process.pid }),
+};
+
+process.stdout.write(JSON.stringify({ ready: true, pid: process.pid, sessionId: connection.sessionId }) + '\n');
+
+const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
+for await (const line of lines) {
+  if (!line.trim()) continue;
+  let message;
+  try {
+    message = JSON.parse(line);
+  } catch {
+    process.stdout.write(JSON.stringify({ ok: false, error: `not JSON: ${line}` }) + '\n');
+    continue;
+  }
+  if (message.cmd === 'quit') break;
+  const handler = handlers[message.cmd];
+  try {
+    if (!handler) throw new Error(`unknown command ${message.cmd}`);
+    const result = await handler(message);
+    process.stdout.write(JSON.stringify({ ok: true, ...result }) + '\n');
+  } catch (error) {
+    process.stdout.write(JSON.stringify({ ok: false, error: String(error?.stack ?? error) }) + '\n');
+  }
+}
+
+await closePool();
+await engine.drain();
+await connection.close();
+if (redis) await redis.quit().catch(() => undefined);
+process.exit(0);
