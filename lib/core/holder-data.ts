@@ -17,8 +17,11 @@ export interface HolderIdentity {
   instance?: string;
 }
 
+let host: string | undefined;
+
 export function holderData(identity: HolderIdentity): Buffer {
-  const info: HolderInfo = { host: hostname(), pid: process.pid, ...identity, createdAt: new Date().toISOString() };
+  host ??= hostname(); // a system call; the host does not change under a running process
+  const info: HolderInfo = { host, pid: process.pid, ...identity, createdAt: new Date().toISOString() };
   return Buffer.from(JSON.stringify(info));
 }
 

@@ -10,8 +10,10 @@ const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
 interface NativeZooKeeperClass {
   new (config: Record<string, unknown>): NativeZooKeeper;
 }
-interface NativeZooKeeper {
+interface NativeZooKeeper extends NativeOps {
   init(config: Record<string, unknown>): NativeZooKeeper;
+  /** The addon object itself (the wrapper's methods only add logging around it). */
+  readonly native: NativeOps;
   close(): void;
   on(event: string, listener: (...args: any[]) => void): void;
   removeAllListeners(): void;
@@ -19,6 +21,8 @@ interface NativeZooKeeper {
   readonly client_password: string;
   readonly timeout: number;
   readonly state: number;
+}
+interface NativeOps {
   a_create(path: string, data: Buffer, flags: number, cb: (rc: number, err: string, path: string) => void): number;
   a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
   aw_get_children2(path: string, watcher: RawWatcher, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
@@ -29,7 +33,7 @@ interface NativeZooKeeper {
   a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: RawStat) => void): number;
   a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
   a_sync(path: string, cb: (rc: number, err: string) => void): number;
-  a_set_acl(path: string, version: number, acl: { perms: number; scheme: string; auth: string }[], cb: (rc: number, err: string) => void): number;
+  a_set_acl(path: string, version: number, acl: { perm: number; scheme: string; auth: string }[], cb: (rc: number, err: string) => void): number;
   a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: RawStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
 }
@@ -119,7 +123,16 @@ export interface SessionInit {
  */
 export class ZkSession {
   private readonly native: NativeZooKeeper;
+  /** Requests go straight to the addon (see NativeOps). */
+  private readonly ops: NativeOps;
   private closed = false;
+  /**
+   * The addon keeps every watcher function it is given alive for good, so each session passes one
+   * shared function and keeps the listeners itself, by kind and path, dropping them once fired.
+   */
+  private readonly dataWatches = new Map<string, WatchListener[]>();
+  private readonly childWatches = new Map<string, WatchListener[]>();
+  private readonly rawWatcher: RawWatcher = (type, _state, path) => this.dispatchWatch(WATCH_EVENT_TYPES[type] ?? 'session', path);
 
   constructor(init: SessionInit, events: SessionEvents) {
     const config: Record<string, unknown> = {
@@ -136,6 +149,7 @@ export class ZkSession {
       config.client_password = init.sessionPassword;
     }
     this.native = new NativeZooKeeper(config);
+    this.ops = this.native.native ?? this.native;
     this.native.on('connect', () => events.onConnected());
     this.native.on('connecting', () => events.onConnecting());
     this.native.on('close', (_self: unknown, code: number) => {
@@ -181,14 +195,14 @@ export class ZkSession {
 
   create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
     return this.call('create', path, (done) =>
-      this.native.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
+      this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
     );
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
     return this.call('getChildren', path, (done) => {
       const cb = (rc: number, _e: string, children: string[], stat: RawStat) => done(rc, { children, stat });
-      return watch ? this.native.aw_get_children2(path, toRawWatcher(watch), cb) : this.native.a_get_children2(path, false, cb);
+      return watch ? this.ops.aw_get_children2(path, this.armWatch(this.childWatches, path, watch), cb) : this.ops.a_get_children2(path, false, cb);
     });
   }
 
@@ -196,7 +210,7 @@ export class ZkSession {
     return this.call('getData', path, (done) => {
       const cb = (rc: number, _e: string, stat: RawStat, data: Buffer | null) =>
         done(rc, { data: data ?? Buffer.alloc(0), stat });
-      return watch ? this.native.aw_get(path, toRawWatcher(watch), cb) : this.native.a_get(path, false, cb);
+      return watch ? this.ops.aw_get(path, this.armWatch(this.dataWatches, path, watch), cb) : this.ops.a_get(path, false, cb);
     });
   }
 
@@ -204,37 +218,57 @@ export class ZkSession {
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
     return this.call<ZkStat | null>('exists', path, (done) => {
       const cb = (rc: number, _e: string, stat: RawStat) => (rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat));
-      return watch ? this.native.aw_exists(path, toRawWatcher(watch), cb) : this.native.a_exists(path, false, cb);
+      return watch ? this.ops.aw_exists(path, this.armWatch(this.dataWatches, path, watch), cb) : this.ops.a_exists(path, false, cb);
     });
   }
 
   setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
-    return this.call('setData', path, (done) => this.native.a_set(path, data, version, (rc, _e, stat) => done(rc, stat)));
+    return this.call('setData', path, (done) => this.ops.a_set(path, data, version, (rc, _e, stat) => done(rc, stat)));
   }
 
   delete(path: string, version = -1): Promise<void> {
-    return this.call('delete', path, (done) => this.native.a_delete_(path, version, (rc) => done(rc, undefined)));
+    return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)));
   }
 
   /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
   sync(path: string): Promise<void> {
-    return this.call('sync', path, (done) => this.native.a_sync(path, (rc) => done(rc, undefined)));
+    return this.call('sync', path, (done) => this.ops.a_sync(path, (rc) => done(rc, undefined)));
   }
 
   setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
-    const native = acl.map((a) => ({ perms: a.perms, scheme: a.scheme, auth: a.id }));
-    return this.call('setAcl', path, (done) => this.native.a_set_acl(path, version, native, (rc) => done(rc, undefined)));
+    const native = acl.map((a) => ({ perm: a.perms, scheme: a.scheme, auth: a.id }));
+    return this.call('setAcl', path, (done) => this.ops.a_set_acl(path, version, native, (rc) => done(rc, undefined)));
   }
 
   getAcl(path: string): Promise<ZkAcl[]> {
     return this.call('getAcl', path, (done) =>
-      this.native.a_get_acl(path, (rc, _e, acl) => done(rc, (acl ?? []).map((a) => ({ perms: a.perms, scheme: a.scheme, id: a.auth })))),
+      this.ops.a_get_acl(path, (rc, _e, acl) => done(rc, (acl ?? []).map((a) => ({ perms: a.perms, scheme: a.scheme, id: a.auth })))),
     );
   }
 
   addAuth(scheme: string, credentials: string): Promise<void> {
     // The credentials never go into the error: only the scheme does.
-    return this.call('addAuth', scheme, (done) => this.native.add_auth(scheme, credentials, (rc) => done(rc, undefined)));
+    return this.call('addAuth', scheme, (done) => this.ops.add_auth(scheme, credentials, (rc) => done(rc, undefined)));
+  }
+
+  private armWatch(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): RawWatcher {
+    const listeners = map.get(path);
+    if (listeners) listeners.push(listener);
+    else map.set(path, [listener]);
+    return this.rawWatcher;
+  }
+
+  /**
+   * One event reaches the shared watcher once per registration; the first call takes the
+   * listeners, the rest find none. Session events are not passed on (connection state covers them).
+   */
+  private dispatchWatch(type: WatchEventType, path: string): void {
+    let listeners: WatchListener[];
+    if (type === 'child') listeners = take(this.childWatches, path);
+    else if (type === 'deleted') listeners = [...take(this.dataWatches, path), ...take(this.childWatches, path)];
+    else if (type === 'created' || type === 'changed') listeners = take(this.dataWatches, path);
+    else return;
+    for (const listener of listeners) listener({ type, path });
   }
 
   private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
@@ -250,6 +284,9 @@ export class ZkSession {
   }
 }
 
-function toRawWatcher(listener: WatchListener): RawWatcher {
-  return (type, _state, path) => listener({ type: WATCH_EVENT_TYPES[type] ?? 'session', path });
+/** Fires once: the listeners a ZooKeeper event consumes (ZooKeeper drops the watch the same way). */
+function take(map: Map<string, WatchListener[]>, path: string): WatchListener[] {
+  const listeners = map.get(path) ?? [];
+  map.delete(path);
+  return listeners;
 }

@@ -342,10 +342,13 @@ describe('Mutex under faults (real ZooKeeper, one client behind a TcpProxy)', ()
         sampling = false;
         await sampler;
       }
-      // Until its release, C had exactly one node at every sample.
+      // Until its release, C had exactly one node at every sample (the delete may be seen by the
+      // sampler a few samples before release() resolves on C, behind the proxy).
       expect(counts.length).toBeGreaterThan(0);
-      expect(counts.slice(0, -1).every((n) => n === 1)).toBe(true);
-      expect(counts.every((n) => n <= 1)).toBe(true);
+      const released = counts.indexOf(0) === -1 ? counts.length : counts.indexOf(0);
+      expect(released).toBeGreaterThan(0);
+      expect(counts.slice(0, released).every((n) => n === 1)).toBe(true);
+      expect(counts.slice(released).every((n) => n === 0)).toBe(true);
     });
 
     it('leaves nothing behind when the acquire is aborted while the create reply is lost', async () => {
