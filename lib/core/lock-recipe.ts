@@ -1,6 +1,6 @@
 import { CountedLease, ReentrantHandle } from './counted-lease.js';
 import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
-import { validateZkPath } from './lock-path.js';
+import { parentOf, validateZkPath } from './lock-path.js';
 import { describe } from './connection-options.js';
 import { LockChannels, publish } from './diagnostics.js';
 import { validateAcquireOptions } from './acquire-options.js';
@@ -105,7 +105,7 @@ export abstract class LockRecipe implements Lockable {
   /** Re-entrancy trusts only a lease of this very lock on this connection's current session. */
   private owns(lease: Lease): boolean {
     const session = this.engine.connection?.session;
-    return lease.path.startsWith(`${this.path}/`) && (!session || lease.sessionId === session.id);
+    return parentOf(lease.path) === this.path && (!session || lease.sessionId === session.id);
   }
 
   runHolding<T>(lease: Lease, fn: () => T): T {

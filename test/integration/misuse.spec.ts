@@ -379,6 +379,26 @@ describe("someone else's lease", () => {
     expect(result.error instanceof LockUsageError || result.error instanceof InvalidOptionError || result.error instanceof LockNotAcquiredError).toBe(true);
     await foreignLease.release();
   });
+
+  it("runHolding with the lease of a lock nested below this one's path (x/child) does not count as holding x", async () => {
+    // Nesting lock paths is discouraged (README), but a lease of `x/child` is still not a lease of `x`.
+    const e = await engine();
+    const other = await engine();
+    const path = uniquePath('run-holding-nested');
+    const x = new Mutex(e, 'x', path);
+    const leaseXOther = await new Mutex(other, 'x', path).acquire(); // x is held by another client
+    const childLease = await new Mutex(e, 'child', `${path}/child`).acquire();
+    const result = await outcome(
+      x.runHolding(childLease, () => x.acquire({ waitMs: 500 })),
+      5000,
+    );
+    const problem = result.value !== undefined ? `a nested acquire of ${path} returned a lease on ${result.value.path} while another client holds ${path}` : undefined;
+    if (result.value) await result.value.release();
+    expect(problem).toBeUndefined();
+    expect(result.error instanceof LockUsageError || result.error instanceof InvalidOptionError || result.error instanceof LockNotAcquiredError).toBe(true);
+    await childLease.release();
+    await leaseXOther.release();
+  });
 });
 
 describe('using a lease after the connection closed', () => {

@@ -1,0 +1,297 @@
+// One worker process of the chaos run (scripts/chaos/run.mjs forks it with an IPC channel).
+// Uses the BUILT package, as an application would (`npm run build` first).
+//
+// CHAOS_WORKER (JSON) configures it. Two modes:
+//
+// mode "work": connects to ZooKeeper through the runner's loopback proxies (one per ensemble member)
+//   and runs async loops on one connection: `mutexWorkers` on a mutex, `semWorkers` on a semaphore
+//   (`permits`), `rwWorkers` on a read-write lock. Every holder reports [acquired, end, token] to the
+//   runner, and the mutex holders and the rw writers do a read → await → write increment on the
+//   runner's fenced store (a write carrying a token lower than one the store has seen is rejected).
+//   Readers read the value at the start and the end of their hold (it must not change).
+//   Commands from the runner: {cmd:'hold-next', kind:'partition'|'pause'|'kill'} (the next mutex
+//   holder of this process misbehaves on purpose, see faultHold), {cmd:'go'} (the partitioned
+//   holder may now do its late write), {cmd:'stop'} (finish, close the connection, exit).
+//
+// mode "check": connects directly (no proxy) and reports every node under `base` with its stat;
+//   the runner counts the ephemeral ones left behind (orphaned lock nodes).
+//
+// Times are process.hrtime (CLOCK_MONOTONIC: one clock for every process of the machine), in ms.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestjs-zk-lock/core';
+
+const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '{}');
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+
+function send(message) {
+  if (process.connected) process.send(message);
+}
+
+// The runner is our store and our control: without it there is nothing to do.
+process.on('disconnect', () => process.exit(3));
+
+// Mirror Node's default (a crash) but tell the runner first: an unhandled rejection out of the
+// library is a bug worth a line in the report.
+for (const event of ['unhandledRejection', 'uncaughtException']) {
+  process.on(event, (error) => {
+    const e = /** @type {any} */ (error);
+    send({ t: 'fatal', event, name: e?.name, message: String(e?.message ?? e), stack: String(e?.stack ?? ''), at: now() });
+    process.stderr.write(`${event}: ${e?.stack ?? e}\n`);
+    setTimeout(() => process.exit(70), 100);
+  });
+}
+
+/** Resolves once `signal` has aborted (at once if it already has). */
+function whenAborted(signal) {
+  return signal.aborted ? Promise.resolve() : new Promise((resolve) => signal.addEventListener('abort', resolve, { once: true }));
+}
+
+/** Sends the last message and exits once it is written. */
+async function finish(message) {
+  if (process.connected) await new Promise((resolve) => process.send(message, resolve));
+  process.exit(0);
+}
+
+let nextCallId = 0;
+const pending = new Map();
+/** A request to the runner's store; resolves with its answer. */
+function call(message) {
+  const id = ++nextCallId;
+  return new Promise((resolve) => {
+    pending.set(id, resolve);
+    send({ ...message, id });
+  });
+}
+
+if (cfg.mode === 'check') await check();
+else await work();
+
+async function check() {
+  const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
+  await connection.connect();
+  const session = connection.session;
+  await session.sync('/');
+  const nodes = [];
+  async function walk(path) {
+    let listing;
+    try {
+      listing = await session.getChildren(path);
+    } catch (error) {
+      if (error?.codeName === 'NONODE') return;
+      throw error;
+    }
+    nodes.push({ path, ephemeralOwner: listing.stat.ephemeralOwner, numChildren: listing.stat.numChildren });
+    for (const child of listing.children) await walk(`${path}/${child}`);
+  }
+  await walk(cfg.base);
+  await connection.close();
+  await finish({ t: 'check', nodes });
+}
+
+async function work() {
+  const connection = new ZkConnection({
+    connectString: cfg.connectString,
+    sessionTimeoutMs: cfg.sessionTimeoutMs,
+    connectTimeoutMs: 60_000,
+  });
+  connection.on('state', (state, previous) =>
+    send({ t: 'state', state, previous, sessionId: connection.session?.id, at: now() }),
+  );
+  await connection.connect();
+  const engine = new LockEngine(connection, { app: 'chaos', instance: `slot${cfg.slot}` });
+  engine.onWarning((message) => send({ t: 'warning', message, at: now() }));
+  const mutex = new Mutex(engine, 'mutex', `${cfg.base}/mutex`);
+  const semaphore = new Semaphore(engine, 'sem', `${cfg.base}/sem`, { permits: cfg.permits });
+  const rw = new ReadWriteLock(engine, 'rw', `${cfg.base}/rw`);
+
+  const stopping = new AbortController();
+  let faultKind;
+  let go;
+  let goReceived = false;
+  process.on('message', (message) => {
+    if (message.id !== undefined && pending.has(message.id)) {
+      const resolve = pending.get(message.id);
+      pending.delete(message.id);
+      resolve(message);
+    } else if (message.cmd === 'hold-next') {
+      faultKind = message.kind;
+    } else if (message.cmd === 'go') {
+      goReceived = true;
+      go?.();
+    } else if (message.cmd === 'stop') {
+      stopping.abort();
+      // Still here after a while: say where we hang.
+      setTimeout(() => {
+        send({
+          t: 'stuck',
+          main: mainPhase,
+          loops: Object.fromEntries([...phases].filter(([, phase]) => phase !== 'done')),
+          connection: connection.state,
+          sessionId: connection.session?.id,
+          nativeConnected: connection.session?.isConnectedNatively,
+          liveLeases: engine.liveCount,
+          pendingStoreCalls: pending.size,
+          at: now(),
+        });
+      }, 20_000).unref();
+    }
+  });
+
+  const stats = { acquisitions: 0, errors: 0 };
+  /** What each loop is doing (for the runner's report when a worker does not stop). */
+  const phases = new Map();
+  let mainPhase = 'running';
+  let holds = 0;
+  const pause = () => sleep(cfg.holdMs[0] + Math.random() * (cfg.holdMs[1] - cfg.holdMs[0]));
+
+  /** Takes `lock` once, runs `body` as the holder, reports the interval; errors are reported, not thrown. */
+  async function holdOnce(w, lockName, lock, body) {
+    send({ t: 'acquiring', w, lock: lockName, at: now() });
+    let lease;
+    try {
+      phases.set(w, `${lockName}: acquire`);
+      lease = await lock.acquire({ waitMs: cfg.waitMs, signal: stopping.signal });
+    } catch (error) {
+      if (!stopping.signal.aborted) {
+        stats.errors++;
+        send({ t: 'error', w, lock: lockName, op: 'acquire', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
+        await sleep(50 + Math.random() * 100);
+      }
+      return;
+    }
+    const acquiredAt = now();
+    stats.acquisitions++;
+    const hold = {
+      holdId: `${process.pid}.${w}.${++holds}`,
+      lock: lockName,
+      token: String(lease.fencingToken),
+      sessionId: lease.sessionId,
+      path: lease.path,
+      acquiredAt,
+    };
+    let lostAt;
+    const signal = lease.signal;
+    const onLost = () => {
+      lostAt = now();
+      send({ t: 'lost', w, ...hold, name: signal.reason?.name, reason: signal.reason?.reason, at: lostAt });
+    };
+    if (signal.aborted) onLost();
+    else signal.addEventListener('abort', onLost, { once: true });
+    send({ t: 'acquired', w, ...hold, at: acquiredAt });
+    const extra = {};
+    try {
+      phases.set(w, `${lockName}: hold`);
+      await body(hold, signal, extra);
+    } catch (error) {
+      stats.errors++;
+      send({ t: 'error', w, lock: lockName, op: 'hold', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
+    }
+    const endAt = lostAt ?? now();
+    send({ t: 'released', w, ...hold, endAt, lost: lostAt !== undefined, ...extra, at: now() });
+    try {
+      phases.set(w, `${lockName}: release (lost: ${lostAt !== undefined}, isHeld: ${lease.isHeld})`);
+      await lease.release();
+    } catch (error) {
+      stats.errors++;
+      send({ t: 'error', w, lock: lockName, op: 'release', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
+    }
+  }
+
+  /** A well-behaved increment: read, work, and write only while the lease is still held. */
+  async function increment(hold, signal, extra) {
+    const read = await call({ t: 'read', store: hold.lock, holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt });
+    if (!read.ok) return;
+    await pause();
+    if (signal.aborted) {
+      extra.skippedWrite = true;
+      return;
+    }
+    await call({ t: 'write', store: hold.lock, holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt, expect: read.value, value: read.value + 1 });
+  }
+
+  /**
+   * A holder that misbehaves on purpose, for the runner's faults:
+   * - partition: reads, tells the runner (which cuts this process off ZooKeeper), waits for its
+   *   lease's signal, then for the runner's "go" (a newer holder has used the store), then writes
+   *   with its old token and value: the store must reject it.
+   * - pause: reads, tells the runner (which SIGSTOPs this process), and when the clock jumps
+   *   (SIGCONT) writes at once, before the library can tell it the lock is gone.
+   * - kill: reads, tells the runner (which SIGKILLs this process), waits.
+   */
+  async function faultHold(kind, hold, signal) {
+    const read = await call({ t: 'read', store: hold.lock, holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt });
+    goReceived = false;
+    // Taken before the runner hears from us, so a SIGSTOP always falls after it.
+    let last = now();
+    send({ t: 'holding-for-fault', kind, ...hold, readOk: read.ok, at: last });
+    const lateWrite = async () => {
+      const answer = await call({
+        t: 'write', store: hold.lock, holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt,
+        expect: read.value, value: read.value + 1, late: true,
+      });
+      send({ t: 'late-write', kind, holdId: hold.holdId, ok: answer.ok, signalAborted: signal.aborted, at: now() });
+    };
+    if (kind === 'kill') {
+      await sleep(120_000);
+      return;
+    }
+    if (kind === 'partition') {
+      await Promise.race([whenAborted(signal), sleep(90_000)]);
+      if (!goReceived) await Promise.race([new Promise((resolve) => (go = resolve)), sleep(60_000)]);
+      go = undefined;
+      await lateWrite();
+      return;
+    }
+    // pause: a 20 ms tick that suddenly took much longer means we were stopped.
+    for (let i = 0; i < 6000; i++) {
+      await sleep(20);
+      if (now() - last > 1000) break;
+      last = now();
+    }
+    await lateWrite();
+    await Promise.race([whenAborted(signal), sleep(60_000)]);
+  }
+
+  async function mutexLoop(w) {
+    while (!stopping.signal.aborted) {
+      await holdOnce(w, 'mutex', mutex, (hold, signal, extra) => {
+        const kind = faultKind;
+        faultKind = undefined;
+        return kind ? faultHold(kind, hold, signal) : increment(hold, signal, extra);
+      });
+    }
+  }
+
+  async function semLoop(w) {
+    while (!stopping.signal.aborted) await holdOnce(w, 'sem', semaphore, () => pause());
+  }
+
+  async function rwLoop(w) {
+    while (!stopping.signal.aborted) {
+      if (Math.random() < cfg.writeRatio) {
+        await holdOnce(w, 'rw-write', rw.write, (hold, signal, extra) => increment({ ...hold, lock: 'rw' }, signal, extra));
+      } else {
+        await holdOnce(w, 'rw-read', rw.read, async (hold, signal, extra) => {
+          const first = await call({ t: 'peek', store: 'rw' });
+          await pause();
+          const last = await call({ t: 'peek', store: 'rw' });
+          if (first.value !== last.value && !signal.aborted) extra.readerSawWrite = true;
+        });
+      }
+    }
+  }
+
+  send({ t: 'ready', sessionId: connection.sessionId, at: now() });
+  const loops = [];
+  let w = 0;
+  for (let i = 0; i < cfg.mutexWorkers; i++) loops.push(mutexLoop(w++));
+  for (let i = 0; i < cfg.semWorkers; i++) loops.push(semLoop(w++));
+  for (let i = 0; i < cfg.rwWorkers; i++) loops.push(rwLoop(w++));
+  await Promise.all(loops.map((loop, i) => loop.finally(() => phases.set(i, 'done'))));
+  mainPhase = 'engine.drain()';
+  await engine.drain();
+  mainPhase = 'connection.close()';
+  await connection.close();
+  mainPhase = 'exiting';
+  await finish({ t: 'done', stats, at: now() });
+}

@@ -1,0 +1,166 @@
+// The short chaos run (scripts/chaos/run.mjs --short, about 60–90 s): a 3-node ensemble of its own,
+// 3 worker processes behind loopback proxies, and one of each fault. The runner does the work and
+// writes its result as JSON; this file asserts on it. Needs the built package (npm test builds it).
+import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const REPO = fileURLToPath(new URL('../../', import.meta.url));
+const RUNNER = join(REPO, 'scripts', 'chaos', 'run.mjs');
+
+interface FaultRecord {
+  fault: string;
+  observed: boolean;
+  evidence: string;
+  lostMs?: number;
+  lostReason?: string;
+  nextHolderMs?: number;
+  nextAfterSessionGone?: boolean | null;
+  lateWrite?: string;
+}
+interface ChaosResult {
+  options: { sessionTimeoutMs: number };
+  acquisitions: { total: number; mutex: number; sem: number; 'rw-read': number; 'rw-write': number };
+  staleAccepted: number;
+  falseRejects: number;
+  fencingRejections: number;
+  lostUpdates: number;
+  counterConsistent: boolean;
+  unexplainedOverlaps: number;
+  overlaps: { sem: { maxConcurrentHealthy: number } };
+  readerSawWrite: number;
+  tokenInversions: number;
+  orphans: number;
+  orphanPaths: string[];
+  checkError?: string;
+  fatals: unknown[];
+  crashes: unknown[];
+  stuckAtStop: unknown[];
+  faults: FaultRecord[];
+  passed: boolean;
+}
+
+const FAULTS = [
+  'kill -9 leader',
+  'kill -9 follower with clients',
+  'partition holder past session timeout',
+  'SIGSTOP holder past session timeout, SIGCONT',
+  'SIGKILL worker holding the mutex',
+  'SIGKILL worker waiting for the mutex',
+  'whole ensemble killed and restarted',
+];
+
+let result: ChaosResult;
+let output = '';
+
+beforeAll(async () => {
+  if (!existsSync(join(REPO, 'dist', 'core', 'index.js'))) throw new Error('dist/ is missing: build first (npm run build)');
+  const dir = await mkdtemp(join(tmpdir(), 'zk-chaos-'));
+  const json = join(dir, 'result.json');
+  try {
+    // The runner stops by itself (hard limit 240 s with --short) and cleans up on SIGTERM.
+    const { code, stdout, stderr } = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      execFile(process.execPath, [RUNNER, '--short', '--json', json], { cwd: REPO, timeout: 280_000, maxBuffer: 64 << 20 }, (error, out, err) =>
+        resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout: out, stderr: err }),
+      );
+    });
+    output = `${stdout}\n${stderr.split('\n').slice(-40).join('\n')}`;
+    if (!existsSync(json)) throw new Error(`the chaos runner wrote no result (exit ${code}):\n${output}`);
+    result = JSON.parse(await readFile(json, 'utf8')) as ChaosResult;
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}, 300_000);
+
+/** Adds the runner's tables to a failure message. */
+function check(fn: () => void): void {
+  try {
+    fn();
+  } catch (error) {
+    (error as Error).message += `\n\nchaos run output:\n${output}`;
+    throw error;
+  }
+}
+
+describe('chaos run (short) on a 3-node ensemble', () => {
+  it('kept working: the locks were taken many times by every recipe', () => {
+    check(() => {
+      expect(result.acquisitions.mutex).toBeGreaterThan(50);
+      expect(result.acquisitions.sem).toBeGreaterThan(20);
+      expect(result.acquisitions['rw-read']).toBeGreaterThan(10);
+      expect(result.acquisitions['rw-write']).toBeGreaterThan(5);
+    });
+  });
+
+  it('accepted no write from a stale holder, and rejected the late writes by their fencing token', () => {
+    check(() => {
+      expect(result.staleAccepted).toBe(0);
+      expect(result.falseRejects).toBe(0);
+      expect(result.tokenInversions).toBe(0);
+      expect(result.fencingRejections).toBeGreaterThanOrEqual(2);
+    });
+  });
+
+  it('lost no update', () => {
+    check(() => {
+      expect(result.lostUpdates).toBe(0);
+      expect(result.counterConsistent).toBe(true);
+    });
+  });
+
+  it('never had two holders that both still held by their own account (mutex, write lock, semaphore permits)', () => {
+    check(() => {
+      expect(result.unexplainedOverlaps).toBe(0);
+      expect(result.readerSawWrite).toBe(0);
+      expect(result.overlaps.sem.maxConcurrentHealthy).toBeLessThanOrEqual(2);
+    });
+  });
+
+  it('left no lock node behind once the session timeout had passed (checked from a fresh client)', () => {
+    check(() => {
+      expect(result.checkError).toBeUndefined();
+      expect(result.orphanPaths).toEqual([]);
+      expect(result.orphans).toBe(0);
+    });
+  });
+
+  it('had no worker crash, unhandled rejection or hang', () => {
+    check(() => {
+      expect(result.fatals).toEqual([]);
+      expect(result.crashes).toEqual([]);
+      expect(result.stuckAtStop).toEqual([]);
+    });
+  });
+
+  it('injected every fault and observed its effect', () => {
+    check(() => {
+      expect(result.faults.map((f) => [f.fault, f.observed ? 'observed' : f.evidence])).toEqual(FAULTS.map((f) => [f, 'observed']));
+    });
+  });
+
+  it('partition: the lease signal fired about one session timeout after the cut; the next holder came only after the old session was gone; the late write was rejected', () => {
+    check(() => {
+      const timeout = result.options.sessionTimeoutMs;
+      const f = result.faults.find((x) => x.fault === 'partition holder past session timeout')!;
+      expect(f.lostReason).toBe('session-timeout');
+      expect(f.lostMs).toBeGreaterThanOrEqual(timeout * 0.75);
+      expect(f.lostMs).toBeLessThanOrEqual(timeout + 3000);
+      expect(f.nextAfterSessionGone).toBe(true);
+      expect(f.lateWrite).toBe('rejected');
+    });
+  });
+
+  it('SIGSTOP / SIGKILL of a holder: the next holder came only after the old session was gone; the write on SIGCONT was rejected', () => {
+    check(() => {
+      const paused = result.faults.find((x) => x.fault.startsWith('SIGSTOP'))!;
+      expect(paused.nextAfterSessionGone).toBe(true);
+      expect(paused.lateWrite).toBe('rejected');
+      expect(['session-expired', 'session-timeout']).toContain(paused.lostReason);
+      const killed = result.faults.find((x) => x.fault === 'SIGKILL worker holding the mutex')!;
+      expect(killed.nextAfterSessionGone).toBe(true);
+    });
+  });
+});
