@@ -13,11 +13,10 @@ import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { CreateMode } from '../../lib/core/zk-session.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
+import { delay } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
-
-const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** What `work` settled with: { value } or { error }, within `timeoutMs` (else { pending: true }). */
 async function outcome<T>(work: Promise<T>, timeoutMs = 10_000): Promise<{ value?: T; error?: unknown; pending?: true }> {

@@ -13,37 +13,10 @@ import type { Lease } from '../../lib/core/lease.js';
 import { LeaseGroup } from '../../lib/core/multi-lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
+import { nameOf, notAcquired, within, untilChildCount, delay } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
-
-function nameOf(lease: Lease): string {
-  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
-}
-
-async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
-  const outcome = await work.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
-  return outcome.error as LockNotAcquiredError;
-}
-
-function within<T>(work: Promise<T>, ms: number, label: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${label}: not settled within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
-
-async function untilChildCount(observer: ZkConnection, path: string, count: number, timeoutMs = 20_000): Promise<string[]> {
-  let children: string[] = [];
-  await eventually(async () => (children = await childrenOf(observer, path)).length === count, timeoutMs, 20);
-  return children;
-}
 
 interface Tracker {
   readonly max: number;
@@ -77,8 +50,6 @@ function trackMaxChildren(observer: ZkConnection, path: string): Tracker {
   trackers.push(tracker);
   return tracker;
 }
-
-const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * A member wrapping a real Mutex whose leases refuse to release (they throw, and keep the node),

@@ -7,23 +7,10 @@ import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { nameOf, notAcquired, untilChildCount, nodesOf, sessionIdOf, sessionsWatching, untilWatching, delay } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
-
-function nameOf(lease: Lease): string {
-  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
-}
-
-async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
-  const outcome = await work.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
-  return outcome.error as LockNotAcquiredError;
-}
 
 function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
   return new Promise((resolve, reject) => {
@@ -32,45 +19,6 @@ function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> 
     signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
   });
 }
-
-async function untilChildCount(observer: ZkConnection, path: string, count: number, timeoutMs = 20_000): Promise<string[]> {
-  let children: string[] = [];
-  await eventually(async () => (children = await childrenOf(observer, path)).length === count, timeoutMs, 20);
-  return children;
-}
-
-function sessionIdOf(hex: string): bigint {
-  return BigInt(`0x${hex.replace(/^0x/i, '')}`);
-}
-
-/** Children of `path` that are ephemeral nodes of the session `sessionHex`. */
-async function nodesOf(observer: ZkConnection, path: string, sessionHex: string): Promise<string[]> {
-  const children = await childrenOf(observer, path);
-  const stats = await Promise.all(children.map((c) => observer.session!.exists(`${path}/${c}`)));
-  const owner = sessionIdOf(sessionHex);
-  return children.filter((_, i) => stats[i] && sessionIdOf(stats[i]!.ephemeralOwner) === owner);
-}
-
-/** Sessions holding a watch on `nodePath` (the server's `wchp` four-letter word). */
-async function sessionsWatching(nodePath: string): Promise<Set<bigint>> {
-  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
-  const text = await fourLetter(port, 'wchp');
-  const sessions = new Set<bigint>();
-  let current: string | undefined;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line.startsWith('/')) current = line;
-    else if (line.startsWith('0x') && current === nodePath) sessions.add(sessionIdOf(line));
-  }
-  return sessions;
-}
-
-async function untilWatching(nodePath: string, sessionHex: string): Promise<void> {
-  const session = sessionIdOf(sessionHex);
-  await eventually(async () => (await sessionsWatching(nodePath)).has(session), 20_000, 50);
-}
-
-const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let proxy: TcpProxy;
 beforeEach(async () => {

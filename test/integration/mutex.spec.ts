@@ -7,6 +7,7 @@ import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath, zkConnectString } from '../support/helpers.js';
+import { nameOf, notAcquired, sessionIdOf, sessionsWatching, delay } from '../support/lock-test-helpers.js';
 
 // Many tests open several sessions: close them after each test so they do not pile up.
 afterEach(closeAll);
@@ -14,21 +15,6 @@ afterAll(closeAll);
 
 /** `_c_` + a v4 UUID (36 characters) + `-lock-` + the server's 10-digit sequence. */
 const NODE_NAME = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lock-\d{10}$/;
-
-function nameOf(lease: Lease): string {
-  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
-}
-
-/** The rejection of `work`, which must be a LockNotAcquiredError (a lease would be a failure). */
-async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
-  const outcome = await work.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
-  return outcome.error as LockNotAcquiredError;
-}
 
 /** Resolves with the signal's reason once it aborts. */
 function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
@@ -45,26 +31,6 @@ async function untilChildCount(observer: ZkConnection, path: string, count: numb
   await eventually(async () => (children = await childrenOf(observer, path)).length === count, 20_000, 20);
   return children;
 }
-
-function sessionIdOf(hex: string): bigint {
-  return BigInt(`0x${hex.replace(/^0x/i, '')}`);
-}
-
-/** Sessions (as numbers) holding a watch on `nodePath`, from the server's `wchp` four-letter word. */
-async function sessionsWatching(nodePath: string): Promise<Set<bigint>> {
-  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
-  const text = await fourLetter(port, 'wchp');
-  const sessions = new Set<bigint>();
-  let current: string | undefined;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line.startsWith('/')) current = line;
-    else if (line.startsWith('0x') && current === nodePath) sessions.add(sessionIdOf(line));
-  }
-  return sessions;
-}
-
-const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('Mutex against a real ZooKeeper', () => {
   describe('uncontended', () => {

@@ -11,6 +11,7 @@ import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { nameOf, notAcquired, within, untilChildCount, sessionIdOf, sessionsWatching, untilWatching } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
@@ -20,28 +21,6 @@ const WORKER = fileURLToPath(new URL('./fixtures/recipe-worker.mjs', import.meta
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
 const READ_NODE = new RegExp(`^_c_${UUID}-__READ__\\d{10}$`);
 const WRITE_NODE = new RegExp(`^_c_${UUID}-__WRIT__\\d{10}$`);
-
-function nameOf(lease: Lease): string {
-  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
-}
-
-async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
-  const outcome = await work.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
-  return outcome.error as LockNotAcquiredError;
-}
-
-function within<T>(work: Promise<T>, ms: number, label: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${label}: not settled within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
 
 /** Follows a pending acquire: `settled` turns true once it resolves or rejects. */
 function track<T>(work: Promise<T>): { promise: Promise<T>; readonly settled: boolean } {
@@ -54,36 +33,6 @@ function track<T>(work: Promise<T>): { promise: Promise<T>; readonly settled: bo
       return settled;
     },
   };
-}
-
-async function untilChildCount(observer: ZkConnection, path: string, count: number, timeoutMs = 20_000): Promise<string[]> {
-  let children: string[] = [];
-  await eventually(async () => (children = await childrenOf(observer, path)).length === count, timeoutMs, 20);
-  return children;
-}
-
-function sessionIdOf(hex: string): bigint {
-  return BigInt(`0x${hex.replace(/^0x/i, '')}`);
-}
-
-/** Sessions holding a watch on `nodePath` (the server's `wchp` four-letter word). */
-async function sessionsWatching(nodePath: string): Promise<Set<bigint>> {
-  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
-  const text = await fourLetter(port, 'wchp');
-  const sessions = new Set<bigint>();
-  let current: string | undefined;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line.startsWith('/')) current = line;
-    else if (line.startsWith('0x') && current === nodePath) sessions.add(sessionIdOf(line));
-  }
-  return sessions;
-}
-
-/** Waits until the session `sessionHex` has a watch on `nodePath`: a waiter has (re-)evaluated and sleeps on it. */
-async function untilWatching(nodePath: string, sessionHex: string): Promise<void> {
-  const session = sessionIdOf(sessionHex);
-  await eventually(async () => (await sessionsWatching(nodePath)).has(session), 20_000, 50);
 }
 
 interface Interval {

@@ -13,6 +13,7 @@ import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { nameOf, notAcquired, within, untilChildCount, nodesOf, sessionIdOf, sessionsWatching, untilWatching, delay } from '../support/lock-test-helpers.js';
 
 // Tests open many sessions: close them after each test so they do not pile up.
 afterEach(closeAll);
@@ -24,24 +25,9 @@ const WORKER = fileURLToPath(new URL('./fixtures/recipe-worker.mjs', import.meta
 const LEASE_NODE = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lease-\d{10}$/;
 const LOCK_NODE = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lock-\d{10}$/;
 
-function nameOf(lease: Lease): string {
-  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
-}
-
 /** The node names of a semaphore lease group (one per permit). */
 function namesOf(group: Lease): string[] {
   return (group as LeaseGroup).leases.map(nameOf);
-}
-
-/** The rejection of `work`, which must be a LockNotAcquiredError (a lease would be a failure). */
-async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
-  const outcome = await work.then(
-    (value) => ({ value }),
-    (error: unknown) => ({ error }),
-  );
-  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
-  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
-  return outcome.error as LockNotAcquiredError;
 }
 
 /** The InvalidOptionError thrown by `fn` (sync or async). */
@@ -54,22 +40,6 @@ async function invalidOption(fn: () => unknown): Promise<InvalidOptionError> {
   }
   expect(caught).toBeInstanceOf(InvalidOptionError);
   return caught as InvalidOptionError;
-}
-
-/** `work`, or a rejection naming `label` when it does not settle within `ms` (a hang becomes a clear failure). */
-function within<T>(work: Promise<T>, ms: number, label: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${label}: not settled within ${ms} ms`)), ms);
-  });
-  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
-}
-
-/** Polls the children of `path` until there are `count` of them; returns them. */
-async function untilChildCount(observer: ZkConnection, path: string, count: number, timeoutMs = 20_000): Promise<string[]> {
-  let children: string[] = [];
-  await eventually(async () => (children = await childrenOf(observer, path)).length === count, timeoutMs, 20);
-  return children;
 }
 
 interface Tracker {
@@ -104,38 +74,6 @@ function trackMaxChildren(observer: ZkConnection, path: string): Tracker {
   };
   trackers.push(tracker);
   return tracker;
-}
-
-/** Children of `path` owned (as ephemerals) by the session `sessionHex`. */
-async function nodesOf(observer: ZkConnection, path: string, sessionHex: string): Promise<string[]> {
-  const children = await childrenOf(observer, path);
-  const stats = await Promise.all(children.map((c) => observer.session!.exists(`${path}/${c}`)));
-  const owner = sessionIdOf(sessionHex);
-  return children.filter((_, i) => stats[i] && sessionIdOf(stats[i]!.ephemeralOwner) === owner);
-}
-
-function sessionIdOf(hex: string): bigint {
-  return BigInt(`0x${hex.replace(/^0x/i, '')}`);
-}
-
-/** Sessions holding a data watch on `nodePath` (the server's `wchp` four-letter word lists data watches only). */
-async function sessionsWatching(nodePath: string): Promise<Set<bigint>> {
-  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
-  const text = await fourLetter(port, 'wchp');
-  const sessions = new Set<bigint>();
-  let current: string | undefined;
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    if (line.startsWith('/')) current = line;
-    else if (line.startsWith('0x') && current === nodePath) sessions.add(sessionIdOf(line));
-  }
-  return sessions;
-}
-
-/** Waits until the session `sessionHex` watches `nodePath`: the waiter has nothing in flight and sleeps. */
-async function untilWatching(nodePath: string, sessionHex: string): Promise<void> {
-  const session = sessionIdOf(sessionHex);
-  await eventually(async () => (await sessionsWatching(nodePath)).has(session), 20_000, 50);
 }
 
 /** Collects the warnings of the engines into one list. */
@@ -191,8 +129,6 @@ async function runWorkers(processes: number, env: Record<string, string>): Promi
       }),
   );
 }
-
-const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe('Semaphore against a real ZooKeeper', () => {
   describe('layout (Curator InterProcessSemaphoreV2)', () => {

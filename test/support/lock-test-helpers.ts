@@ -1,0 +1,65 @@
+// Helpers shared by the lock integration tests (one copy each).
+import { LockNotAcquiredError } from '../../lib/core/errors.js';
+import type { Lease } from '../../lib/core/lease.js';
+import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { childrenOf, eventually, zkConnectString } from './helpers.js';
+import { fourLetter } from './zk-server.js';
+
+export function nameOf(lease: Lease): string {
+  return lease.path.slice(lease.path.lastIndexOf('/') + 1);
+}
+
+export async function notAcquired(work: Promise<unknown>): Promise<LockNotAcquiredError> {
+  const outcome = await work.then(
+    (value) => ({ value }),
+    (error: unknown) => ({ error }),
+  );
+  if ('value' in outcome) throw new Error(`expected LockNotAcquiredError, got ${String(outcome.value)}`);
+  expect(outcome.error).toBeInstanceOf(LockNotAcquiredError);
+  return outcome.error as LockNotAcquiredError;
+}
+
+export function within<T>(work: Promise<T>, ms: number, label: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${label}: not settled within ${ms} ms`)), ms);
+  });
+  return Promise.race([work, timeout]).finally(() => clearTimeout(timer));
+}
+
+export async function untilChildCount(observer: ZkConnection, path: string, count: number, timeoutMs = 20_000): Promise<string[]> {
+  let children: string[] = [];
+  await eventually(async () => (children = await childrenOf(observer, path)).length === count, timeoutMs, 20);
+  return children;
+}
+
+export async function nodesOf(observer: ZkConnection, path: string, sessionHex: string): Promise<string[]> {
+  const children = await childrenOf(observer, path);
+  const stats = await Promise.all(children.map((c) => observer.session!.exists(`${path}/${c}`)));
+  const owner = sessionIdOf(sessionHex);
+  return children.filter((_, i) => stats[i] && sessionIdOf(stats[i]!.ephemeralOwner) === owner);
+}
+
+export function sessionIdOf(hex: string): bigint {
+  return BigInt(`0x${hex.replace(/^0x/i, '')}`);
+}
+
+export async function sessionsWatching(nodePath: string): Promise<Set<bigint>> {
+  const port = Number(zkConnectString().split(',')[0]!.split(':')[1]);
+  const text = await fourLetter(port, 'wchp');
+  const sessions = new Set<bigint>();
+  let current: string | undefined;
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('/')) current = line;
+    else if (line.startsWith('0x') && current === nodePath) sessions.add(sessionIdOf(line));
+  }
+  return sessions;
+}
+
+export async function untilWatching(nodePath: string, sessionHex: string): Promise<void> {
+  const session = sessionIdOf(sessionHex);
+  await eventually(async () => (await sessionsWatching(nodePath)).has(session), 20_000, 50);
+}
+
+export const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
