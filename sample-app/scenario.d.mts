@@ -43,11 +43,35 @@ export interface Progress {
   counts: Counts;
 }
 
+/** One contender of GET /locks (a ContenderInfo of LockService.inspect(), as JSON). */
+export interface LockContender {
+  node: string;
+  path: string;
+  mode: 'lock' | 'read' | 'write' | 'lease' | 'other';
+  sequence?: number;
+  holds: boolean;
+  holder: { host?: string; pid?: number; app?: string; instance?: string; createdAt?: string };
+  sessionId: string;
+  createdAt: string;
+  ageMs: number;
+}
+
+/** One lock of GET /locks (a LockInfo of LockService.inspect(), as JSON, plus its name). */
+export interface LockView {
+  name: string;
+  path: string;
+  kind: 'mutex' | 'read-write' | 'semaphore' | 'idle';
+  holders: LockContender[];
+  waiting: LockContender[];
+  leases?: number;
+  permits?: number;
+}
+
 export interface LockSnapshot {
   from: string;
   error?: string;
   basePath?: string;
-  locks?: { name: string; path: string; holder: Record<string, any> | null; waiting: Record<string, any>[] }[];
+  locks?: LockView[];
 }
 
 export interface ScenarioResult {

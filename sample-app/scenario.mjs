@@ -302,15 +302,17 @@ export function progressBar({ done, total, counts }, width = 30) {
 export function describeLockSnapshot(snapshot) {
   if (!snapshot) return 'no snapshot';
   if (snapshot.error) return `GET /locks on ${snapshot.from} failed: ${snapshot.error}`;
-  const lock = snapshot.locks.find((l) => l.name.startsWith('event:'));
+  // The shape of LockService.inspect(): holders and waiting, each with the data its owner wrote.
+  const lock = snapshot.locks.find((l) => l.name.startsWith('event:') && l.holders.length > 0);
   if (!lock) return `GET /locks on ${snapshot.from}: no event lock held at that moment`;
   const per = {};
-  for (const w of lock.waiting) per[w.instance] = (per[w.instance] ?? 0) + 1;
+  for (const w of lock.waiting) per[w.holder.instance] = (per[w.holder.instance] ?? 0) + 1;
   const waiting = Object.entries(per)
     .sort()
     .map(([name, n]) => `${n} from ${name}`)
     .join(', ');
-  return `GET /locks on ${snapshot.from} mid-sale: ${lock.path} held by ${lock.holder.instance} (pid ${lock.holder.pid}), ${lock.waiting.length} waiting${waiting ? ` (${waiting})` : ''}`;
+  const { holder, ageMs } = lock.holders[0];
+  return `GET /locks on ${snapshot.from} mid-sale: ${lock.path} held by ${holder.instance} (pid ${holder.pid}) for ${ageMs} ms, ${lock.waiting.length} waiting${waiting ? ` (${waiting})` : ''}`;
 }
 
 const ms = (value) => (Number.isFinite(value) ? value.toFixed(value < 100 ? 1 : 0) : '-');

@@ -28,7 +28,7 @@ export interface Lease extends AsyncDisposable {
   release(): Promise<void>;
 }
 
-export interface NodeLeaseOptions {
+export interface LeaseOptions {
   /** For diagnostics events: the recipe kind and lock path this lease belongs to. */
   kind?: string;
   lockPath?: string;
@@ -36,35 +36,102 @@ export interface NodeLeaseOptions {
   silent?: boolean;
   /** Max hold time: the lease releases itself after this long and its signal aborts ('lease-expired'). */
   leaseMs?: number;
-  /** Called once when the lease stops being held (released or lost), before the node is deleted. */
-  onEnd?: () => void;
+  /** Called once when the lease stops being held (released or lost), before its lock is given up. */
+  onEnd?: (reason: LockLostReason | 'released') => void;
 }
 
-/** A lease over one node of ours; tells its holder when the node or its session goes away. */
-export class NodeLease implements Lease, SessionBound {
-  readonly sessionId: string;
+/**
+ * What every held lease does the same way: idempotent release, the lost signal, `leaseMs`, and
+ * the released / lost diagnostics events. A subclass says how the lock is given up (`free`) and
+ * how loss is noticed once someone looks at the signal (`armSignal`).
+ */
+export abstract class HeldLease implements Lease {
+  abstract readonly sessionId: string;
+  abstract readonly path: string;
+  abstract readonly fencingToken: bigint;
   private readonly heldSince = performance.now();
   private readonly controller = new AbortController();
   private ended = false;
   private releasing: Promise<void> | undefined;
-  private watching = false;
-  private readonly untrack: () => void;
+  private armed = false;
   private readonly leaseTimer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly engine: LockEngine,
     readonly name: string,
-    private readonly entry: QueueEntry,
-    private readonly options: NodeLeaseOptions = {},
+    protected readonly options: LeaseOptions,
   ) {
-    this.sessionId = entry.session.id;
-    this.untrack = engine.track(this);
     if (options.leaseMs !== undefined) {
       this.leaseTimer = setTimeout(() => {
         this.lose('lease-expired');
-        void this.deleteNode();
+        void this.free();
       }, options.leaseMs);
     }
+  }
+
+  /** Gives the lock up (after the lease ended); resolves when done, never rejects. */
+  protected abstract free(): Promise<void>;
+  /** Starts noticing loss that nothing else reports (e.g. our node deleted by someone). */
+  protected abstract armSignal(): void;
+
+  get isHeld(): boolean {
+    return !this.ended;
+  }
+
+  /** Noticing loss may cost a request, so it is armed only once someone looks at the signal. */
+  get signal(): AbortSignal {
+    if (!this.armed && !this.ended) {
+      this.armed = true;
+      this.armSignal();
+    }
+    return this.controller.signal;
+  }
+
+  release(): Promise<void> {
+    if (this.releasing) return this.releasing;
+    if (this.ended) return Promise.resolve();
+    this.end('released');
+    if (!this.options.silent) publish(LockChannels.released, () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
+    this.releasing = this.free();
+    return this.releasing;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+
+  /** Ends the lease as lost: its signal aborts with a LockLostError. Does not free the lock. */
+  lose(reason: LockLostReason): void {
+    if (this.ended) return;
+    this.end(reason);
+    if (!this.options.silent) publish(LockChannels.lost, () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
+    this.controller.abort(new LockLostError(this.name, reason));
+  }
+
+  private describe() {
+    return { name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind };
+  }
+
+  protected end(reason: LockLostReason | 'released'): void {
+    this.ended = true;
+    clearTimeout(this.leaseTimer);
+    this.options.onEnd?.(reason);
+  }
+}
+
+/** A lease over one node of ours; tells its holder when the node or its session goes away. */
+export class NodeLease extends HeldLease implements SessionBound {
+  readonly sessionId: string;
+  private readonly untrack: () => void;
+
+  constructor(
+    private readonly engine: LockEngine,
+    name: string,
+    private readonly entry: QueueEntry,
+    options: LeaseOptions = {},
+  ) {
+    super(name, options);
+    this.sessionId = entry.session.id;
+    this.untrack = engine.track(this);
   }
 
   get session() {
@@ -76,62 +143,28 @@ export class NodeLease implements Lease, SessionBound {
   get fencingToken(): bigint {
     return this.entry.fencingToken;
   }
-  get isHeld(): boolean {
-    return !this.ended;
-  }
 
-  /** Watching our own node costs a request, so it is armed only once someone looks at the signal. */
-  get signal(): AbortSignal {
-    if (!this.watching && !this.ended) {
-      this.watching = true;
-      this.entry.session
-        .exists(this.entry.path, (event) => {
-          if (event.type === 'deleted' && !this.ended) this.lose('node-deleted');
-        })
-        .then(
-          (stat) => stat === null && !this.ended && this.lose('node-deleted'),
-          () => undefined, // connection trouble: session events cover it
-        );
-    }
-    return this.controller.signal;
-  }
-
-  release(): Promise<void> {
-    if (this.releasing) return this.releasing;
-    if (this.ended) return Promise.resolve();
-    this.end();
-    if (!this.options.silent) publish(LockChannels.released, () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
-    this.releasing = this.deleteNode();
-    return this.releasing;
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.release();
+  protected armSignal(): void {
+    this.entry.session
+      .exists(this.entry.path, (event) => {
+        if (event.type === 'deleted') this.lose('node-deleted');
+      })
+      .then(
+        (stat) => stat === null && this.lose('node-deleted'),
+        () => undefined, // connection trouble: session events cover it
+      );
   }
 
   onSessionGone(reason: LockLostReason): void {
     this.lose(reason);
   }
 
-  private lose(reason: LockLostReason): void {
-    if (this.ended) return;
-    this.end();
-    if (!this.options.silent) publish(LockChannels.lost, () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
-    this.controller.abort(new LockLostError(this.name, reason));
-  }
-
-  private describe() {
-    return { name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind };
-  }
-
-  private end(): void {
-    this.ended = true;
-    clearTimeout(this.leaseTimer);
+  protected override end(reason: LockLostReason | 'released'): void {
     this.untrack();
-    this.options.onEnd?.();
+    super.end(reason);
   }
 
-  private deleteNode(): Promise<void> {
+  protected free(): Promise<void> {
     const work = this.engine.deleteGuaranteed(this.entry.session, this.entry.path);
     this.engine.background(work);
     return work.catch(() => undefined);

@@ -1,7 +1,7 @@
 import { InvalidOptionError } from './errors.js';
 import { positiveInteger } from './connection-options.js';
 import { holderData, type HolderIdentity } from './holder-data.js';
-import { ancestorsOf, validateZkPath } from './lock-path.js';
+import { ancestorsOf, HANDOFF_BITS, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection, SessionLostReason } from './zk-connection.js';
 import { CreateMode, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
@@ -17,7 +17,17 @@ export interface LockEngineOptions extends HolderIdentity {
   parentAcl?: readonly ZkAcl[];
   /** How long `@WithLock` waits when the decorator names no `waitMs` (e.g. from config). Default 0. */
   defaultWaitMs?: number;
+  /**
+   * Default of every mutex's `coalesce`: callers in this process queue for a mutex behind one
+   * ZooKeeper node and may hand it over in memory. Default true. See `MutexOptions`.
+   */
+  coalesce?: boolean;
+  /** Default of every mutex's `maxLocalHandoffs`. Default 16. See `MutexOptions`. */
+  maxLocalHandoffs?: number;
 }
+
+/** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
+export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;
 
 /** Everyone may read (inspect); only the creating identity (the `auth` credentials) may change. */
 export const SECURE_PARENT_ACL: readonly ZkAcl[] = [
@@ -39,6 +49,8 @@ export function validateEngineOptions(options: LockEngineOptions): string {
     if (!ok) throw new InvalidOptionError('parentAcl', 'expected a list of { perms: 0..31, scheme: string, id: string }');
   }
   if (options.defaultWaitMs !== undefined) positiveInteger(options.defaultWaitMs, 'defaultWaitMs', 0, 0);
+  if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') throw new InvalidOptionError('coalesce', 'expected true or false');
+  if (options.maxLocalHandoffs !== undefined) positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', 0, 0, MAX_LOCAL_HANDOFFS);
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
@@ -89,6 +101,33 @@ export class LockEngine {
 
   get defaultWaitMs(): number {
     return this.identity.defaultWaitMs ?? 0;
+  }
+
+  /** The engine-wide defaults of the mutex options `coalesce` and `maxLocalHandoffs`. */
+  get coalescing(): { coalesce: boolean; maxLocalHandoffs: number } {
+    return { coalesce: this.identity.coalesce ?? true, maxLocalHandoffs: this.identity.maxLocalHandoffs ?? 16 };
+  }
+
+  private readonly localQueues = new Map<string, unknown>();
+  /**
+   * The in-process queue registered under `key`, made by `make` if there is none. `make` gets a
+   * callback that unregisters the queue once it is idle, so the map holds only busy locks.
+   */
+  localQueue<T>(key: string, make: (unregister: () => void) => T): T {
+    let queue = this.localQueues.get(key) as T | undefined;
+    if (!queue) {
+      const made = make(() => {
+        if (this.localQueues.get(key) === made) this.localQueues.delete(key);
+      });
+      queue = made;
+      this.localQueues.set(key, made);
+    }
+    return queue;
+  }
+
+  /** Locks with an in-process queue right now (for tests of clean-up). */
+  get localQueueCount(): number {
+    return this.localQueues.size;
   }
 
   /** Fresh holder data for a new node (created-at changes per node). */

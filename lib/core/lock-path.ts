@@ -108,6 +108,18 @@ export function sequenceOf(name: string): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
+/** Low bits of a fencing token that count local handoffs of one node (in-process coalescing). */
+export const HANDOFF_BITS = 16;
+
+/**
+ * A node's fencing token: (queue parent's czxid × 2^32 + the node's sequence) × 2^16. The parent
+ * czxid grows when the path is re-created, the sequence with every node; the low 16 bits number
+ * the local handoffs of one node, so they keep growing within a process too.
+ */
+export function fencingTokenOf(parentCzxid: number, sequence: number): bigint {
+  return ((BigInt(parentCzxid) << 32n) | BigInt(sequence >>> 0)) << BigInt(HANDOFF_BITS);
+}
+
 /** String(value) for messages, even for objects without a prototype or a throwing toString. */
 function safeString(value: unknown): string {
   try {

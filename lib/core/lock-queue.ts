@@ -1,7 +1,8 @@
-import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import { Cancellation } from './cancellation.js';
+import { ConnectionClosedError } from './errors.js';
 import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
-import { joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
+import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import { CreateMode, type WatchEventType, type ZkSession } from './zk-session.js';
 
@@ -67,11 +68,9 @@ export interface QueueEntry {
   session: ZkSession;
   path: string;
   name: string;
-  /** Strictly increasing across successive holders of the queue: parent czxid × 2^32 + sequence. */
+  /** Strictly increasing across successive holders of the queue (see fencingTokenOf). */
   fencingToken: bigint;
 }
-
-type Cancel = { reason: NotAcquiredReason; error?: unknown };
 
 /**
  * Joins a queue and waits until the recipe's verdict says we hold. On any way out other than
@@ -88,9 +87,7 @@ export async function acquireInQueue(
 }
 
 class QueueWaiter {
-  private readonly cancelled: Promise<Cancel>;
-  private cancel: Cancel | undefined;
-  private disposeCancel: () => void = () => undefined;
+  private readonly cancellation: Cancellation;
   private wake: (() => void) | undefined;
   private readonly tryOnce: boolean;
   /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
@@ -107,31 +104,7 @@ class QueueWaiter {
     this.tryOnce = options.waitMs === 0;
     this.pinned = options.session;
     this.barge = options.fair === false;
-    this.cancelled = new Promise<Cancel>((resolve) => {
-      const settle = (cancel: Cancel) => {
-        if (this.cancel) return;
-        this.cancel = cancel;
-        this.wake?.();
-        resolve(cancel);
-      };
-      const timer =
-        options.waitMs !== undefined && options.waitMs > 0 ? setTimeout(() => settle({ reason: 'timeout' }), options.waitMs) : undefined;
-      const onAbort = () => settle({ reason: 'aborted', error: options.signal?.reason });
-      const onClosed = () => settle({ reason: 'connection', error: new ConnectionClosedError() });
-      const onShutdown = () => settle({ reason: 'connection', error: new ConnectionClosedError('the lock module is shutting down') });
-      if (options.signal?.aborted) onAbort();
-      options.signal?.addEventListener('abort', onAbort, { once: true });
-      engine.connection.on('closed', onClosed);
-      const offShutdown = engine.onShutdown(onShutdown);
-      if (engine.connection.state === 'closed') onClosed();
-      if (engine.isShuttingDown) onShutdown();
-      this.disposeCancel = () => {
-        clearTimeout(timer);
-        options.signal?.removeEventListener('abort', onAbort);
-        engine.connection.off('closed', onClosed);
-        offShutdown();
-      };
-    });
+    this.cancellation = new Cancellation(engine, options, () => this.wake?.());
   }
 
   async run(): Promise<QueueEntry> {
@@ -146,28 +119,15 @@ class QueueWaiter {
     } catch (error) {
       // Like Curator, reject only once our node is deleted, unless that needs a reconnect.
       if (this.cleanup) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
-      if (error instanceof ConnectionClosedError) this.cancel ??= { reason: 'connection', error };
-      if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.notAcquired();
+      if (error instanceof ConnectionClosedError) this.cancellation.settle({ reason: 'connection', error });
+      if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
     } finally {
-      this.disposeCancel();
+      this.cancellation.dispose();
     }
   }
 
   private cleanup: Promise<unknown> | undefined;
-
-  private notAcquired(): LockNotAcquiredError {
-    const { reason, error } = this.cancel!;
-    const detail =
-      reason === 'timeout'
-        ? this.tryOnce
-          ? `Lock ${JSON.stringify(this.spec.lockName)} is held by another owner`
-          : `Timed out waiting for lock ${JSON.stringify(this.spec.lockName)}`
-        : reason === 'aborted'
-          ? `Acquiring lock ${JSON.stringify(this.spec.lockName)} was aborted`
-          : `Lock ${JSON.stringify(this.spec.lockName)} was not acquired: the connection was closed`;
-    return new LockNotAcquiredError(this.spec.lockName, reason, detail, error === undefined ? undefined : { cause: error });
-  }
 
   /** One node's life in the queue; resolves undefined when it must be re-created. */
   private async attempt(session: ZkSession): Promise<QueueEntry | undefined> {
@@ -190,7 +150,7 @@ class QueueWaiter {
         const verdict = this.spec.evaluate(sorted, index);
         if (verdict.holds) return this.held(session, path, name, listing);
         if (this.tryOnce) {
-          this.cancel ??= { reason: 'timeout' };
+          this.cancellation.settle({ reason: 'timeout' });
           throw CANCELLED;
         }
         if (!this.contended && !this.spec.silent) {
@@ -223,9 +183,7 @@ class QueueWaiter {
   }
 
   private held(session: ZkSession, path: string, name: string, listing: Listing): QueueEntry {
-    const sequence = sequenceOf(name) ?? 0;
-    const fencingToken = (BigInt(listing.parentCzxid) << 32n) | BigInt(sequence >>> 0);
-    return { session, path, name, fencingToken };
+    return { session, path, name, fencingToken: fencingTokenOf(listing.parentCzxid, sequenceOf(name) ?? 0) };
   }
 
   private abandon(session: ZkSession, path: string): undefined {
@@ -389,7 +347,7 @@ class QueueWaiter {
         if (index < 0 || this.spec.evaluate(sorted, index).holds) return fresh;
       }
       await woken;
-      if (this.cancel) throw CANCELLED;
+      if (this.cancellation.current) throw CANCELLED;
       if (connection.session !== session || session.isClosed) return 'gone';
       if (fired === 'deleted' && shortcut && ownIntact()) return 'holds';
       if (connection.state !== 'connected' && !(await this.untilCancelled(this.engine.sessionUsable(session)))) return 'gone';
@@ -402,11 +360,11 @@ class QueueWaiter {
 
   /** Races `work` against cancellation; on cancellation throws CANCELLED (work goes on unobserved). */
   private async untilCancelled<T>(work: Promise<T>): Promise<T> {
-    if (this.cancel) {
+    if (this.cancellation.current) {
       work.catch(() => undefined);
       throw CANCELLED;
     }
-    const result = await Promise.race([work, this.cancelled.then(() => CANCELLED)]);
+    const result = await Promise.race([work, this.cancellation.settled.then(() => CANCELLED)]);
     if (result === CANCELLED) {
       work.catch(() => undefined);
       throw CANCELLED;

@@ -1,5 +1,6 @@
-import { optionalPositiveInteger } from './connection-options.js';
-import type { LockEngine } from './lock-engine.js';
+import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
+import { LocalQueue } from './local-queue.js';
+import { MAX_LOCAL_HANDOFFS, type LockEngine } from './lock-engine.js';
 import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
@@ -16,6 +17,20 @@ export interface MutexOptions {
   fair?: boolean;
   /** Max hold time in ms; the lease releases itself after it and its signal aborts. */
   leaseMs?: number;
+  /**
+   * In-process coalescing (default: the engine's `coalesce`, true): callers of this process wait
+   * for the mutex in memory behind one ZooKeeper node, and a release hands the node to the next
+   * local caller without a round trip. Fairness trade-off: a process can keep the lock for up to
+   * `maxLocalHandoffs` more holders after another process starts waiting. `false`: one node per
+   * caller, strict FIFO across all processes (Curator's behaviour).
+   */
+  coalesce?: boolean;
+  /**
+   * Local handoffs allowed after another process is seen waiting, before the node is given up and
+   * queued again at the tail (default: the engine's, 16; 0 = never hand over locally). While no
+   * other process waits, handoffs are not limited.
+   */
+  maxLocalHandoffs?: number;
   /** @internal A recipe's own lock (e.g. a semaphore's): no diagnostics events. */
   internal?: boolean;
 }
@@ -41,17 +56,31 @@ export class Mutex extends LockRecipe {
   private readonly fair: boolean;
   private readonly leaseMs: number | undefined;
   private readonly spec: QueueSpec;
+  /** Local handoff bound when coalescing; undefined when each caller queues its own node. */
+  private readonly maxLocalHandoffs: number | undefined;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
-    options = checkRecipeOptions(options, ['reentrant', 'fair']);
+    options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce']);
     super(engine, name, path, options.reentrant ?? true, options.internal ?? false);
     this.fair = options.fair ?? true;
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
     this.spec = mutexSpec(name, path, options.internal ?? false);
+    const defaults = engine.coalescing;
+    const maxLocalHandoffs = positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', defaults.maxLocalHandoffs, 0, MAX_LOCAL_HANDOFFS);
+    // A recipe's internal lock never coalesces: the semaphore pins its lease to that lock's session.
+    this.maxLocalHandoffs = (options.coalesce ?? defaults.coalesce) && !options.internal ? maxLocalHandoffs : undefined;
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
+    const leaseOptions = this.leaseOptions(this.leaseMs);
+    const maxLocalHandoffs = this.maxLocalHandoffs;
+    if (maxLocalHandoffs !== undefined) {
+      // Mutexes of one path with the same settings share one in-process queue.
+      const key = `mutex:${this.fair}:${maxLocalHandoffs}:${this.path}`;
+      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair: this.fair, maxLocalHandoffs }, unregister));
+      return queue.acquire(this.name, options, leaseOptions);
+    }
     const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
-    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
+    return new NodeLease(this.engine, this.name, entry, leaseOptions);
   }
 }

@@ -3,7 +3,7 @@ import { APP_FILTER } from '@nestjs/core';
 import { ConditionalModule, ConfigModule, ConfigService } from '@nestjs/config';
 import { ScheduleModule } from '@nestjs/schedule';
 import { ZkLockExceptionFilter, ZkLockModule } from 'nestjs-zk-lock';
-import { locksEnabled, validateConfig, type AppConfig } from './config.js';
+import { locksEnabled, metricsMode, validateConfig, type AppConfig } from './config.js';
 import { DatabaseModule } from './database/database.module.js';
 import { EventsModule } from './events/events.module.js';
 import { PurchaseController } from './events/purchase.controller.js';
@@ -11,6 +11,7 @@ import { UnlockedPurchaseController } from './events/unlocked-purchase.controlle
 import { JobsModule } from './jobs/jobs.module.js';
 import { SalesSnapshotJob, UnlockedSalesSnapshotJob } from './jobs/sales-snapshot.job.js';
 import { LocksController } from './locks/locks.controller.js';
+import { MetricsModule } from './metrics/metrics.module.js';
 
 /** The purchase route and the per-second job, under locks (the normal case). */
 @Module({ imports: [EventsModule, JobsModule], controllers: [PurchaseController], providers: [SalesSnapshotJob] })
@@ -39,6 +40,8 @@ export class UnlockedSalesModule {}
     JobsModule,
     ConditionalModule.registerWhen(LockedSalesModule, (env) => locksEnabled(env), { debug: false }),
     ConditionalModule.registerWhen(UnlockedSalesModule, (env) => !locksEnabled(env), { debug: false }),
+    // METRICS=prometheus: GET /metrics; otherwise the module (and the OpenTelemetry SDK) is not loaded.
+    ConditionalModule.registerWhen(MetricsModule, (env) => metricsMode(env) === 'prometheus', { debug: false }),
   ],
   controllers: [LocksController],
   // LockNotAcquiredError (the seat's lock not taken within LOCK_WAIT_MS) -> 409 with Retry-After

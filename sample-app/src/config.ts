@@ -20,7 +20,11 @@ export interface AppConfig {
   /** The simulated payment call takes a random time in [PAYMENT_MIN_MS, PAYMENT_MAX_MS]. */
   PAYMENT_MIN_MS: number;
   PAYMENT_MAX_MS: number;
+  /** `prometheus`: serve the library's OpenTelemetry metrics at GET /metrics; `off` (default): no metrics code runs. */
+  METRICS: MetricsMode;
 }
+
+export type MetricsMode = 'off' | 'prometheus';
 
 function integer(env: Record<string, unknown>, key: string, fallback: number, min: number, max: number): number {
   const raw = env[key];
@@ -38,6 +42,14 @@ export function locksEnabled(env: Record<string, unknown>): boolean {
   if (['', 'on', 'true', '1', 'yes'].includes(raw)) return true;
   if (['off', 'false', '0', 'no'].includes(raw)) return false;
   throw new Error(`LOCKS must be "on" or "off", got ${JSON.stringify(env.LOCKS)}`);
+}
+
+/** METRICS=prometheus exposes GET /metrics; unset, empty or off leaves metrics out; anything else is an error. */
+export function metricsMode(env: Record<string, unknown>): MetricsMode {
+  const raw = String(env.METRICS ?? '').trim().toLowerCase();
+  if (raw === '' || raw === 'off') return 'off';
+  if (raw === 'prometheus') return 'prometheus';
+  throw new Error(`METRICS must be "prometheus" or "off", got ${JSON.stringify(env.METRICS)}`);
 }
 
 /**
@@ -65,5 +77,6 @@ export function validateConfig(env: Record<string, unknown>): AppConfig {
     DATABASE_FILE: resolve(String(env.DATABASE_FILE || 'sample-app/data/tickets.db')),
     PAYMENT_MIN_MS: paymentMin,
     PAYMENT_MAX_MS: paymentMax,
+    METRICS: metricsMode(env),
   };
 }

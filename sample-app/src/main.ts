@@ -18,6 +18,7 @@ await app.listen(config.get('PORT', { infer: true }), '127.0.0.1');
 const { port } = app.getHttpServer().address() as AddressInfo;
 const instance = config.get('INSTANCE', { infer: true });
 const locks = config.get('LOCKS', { infer: true });
-new Logger('TicketSale').log(`Instance ${instance} listening on http://127.0.0.1:${port} (locks ${locks ? 'on' : 'OFF'})`);
+const metrics = config.get('METRICS', { infer: true }) === 'prometheus' ? `, metrics at http://127.0.0.1:${port}/metrics` : '';
+new Logger('TicketSale').log(`Instance ${instance} listening on http://127.0.0.1:${port} (locks ${locks ? 'on' : 'OFF'}${metrics})`);
 // One machine-readable line for whoever started us (the demo, the e2e test).
 console.log(JSON.stringify({ ready: true, instance, port, pid: process.pid, locks }));

@@ -38,8 +38,9 @@ describe('sample-app: the ticket sale on 3 instances', () => {
     expect(run.cron.maxRunsPerTick).toBe(1);
     // Mid-sale, GET /locks showed the event's lock held by one instance, others queued behind it.
     const lock = run.lockSnapshot?.locks?.find((l) => l.name.startsWith('event:'));
-    expect(lock?.path).toBe(`${basePath}/${lock?.name}`);
-    expect(lock?.holder).toMatchObject({ app: 'ticket-sale', instance: expect.stringMatching(/^instance-[123]$/) });
+    expect(lock).toMatchObject({ path: `${basePath}/${lock?.name}`, kind: 'mutex' });
+    expect(lock?.holders).toHaveLength(1);
+    expect(lock?.holders[0]?.holder).toMatchObject({ app: 'ticket-sale', instance: expect.stringMatching(/^instance-[123]$/) });
     expect(lock?.waiting.length).toBeGreaterThan(0);
   }, 90_000);
 
@@ -88,7 +89,14 @@ describe('sample-app: the purchase API', () => {
     const lease = await holder.acquire({ waitMs: 10_000 });
     try {
       const locks = await getJson(`${url}/locks`);
-      expect(locks.locks).toContainEqual(expect.objectContaining({ name: `event:${id}`, holder: expect.objectContaining({ app: 'e2e-holder' }), waiting: [] }));
+      expect(locks.locks).toContainEqual(
+        expect.objectContaining({
+          name: `event:${id}`,
+          kind: 'mutex',
+          holders: [expect.objectContaining({ holds: true, holder: expect.objectContaining({ app: 'e2e-holder', pid: process.pid }) })],
+          waiting: [],
+        }),
+      );
       const busy = await buy({ quantity: 1 });
       expect(busy).toMatchObject({ status: 409, headers: { 'retry-after': '1' }, body: { statusCode: 409, error: 'Conflict' } });
       expect(JSON.stringify(busy.body)).not.toContain('event:'); // the filter does not name the lock

@@ -1,74 +1,46 @@
 import { Controller, Get, ServiceUnavailableException } from '@nestjs/common';
-import { ConfigService } from '@nestjs/config';
-import { parseHolderData, sortChildren, ZkConnection, type HolderInfo, type ZkSession } from 'nestjs-zk-lock';
-import type { AppConfig } from '../config.js';
+import { ConnectionClosedError, LockService, ZkError, type LockInfo } from 'nestjs-zk-lock';
 
-export interface Contender extends Partial<HolderInfo> {
-  node: string;
-}
-
-export interface LockView {
+/** One lock as `LockService.inspect()` reports it, plus its name relative to the base path. */
+export interface LockView extends LockInfo {
   name: string;
-  path: string;
-  /** The lowest node: the holder. */
-  holder: Contender | null;
-  /** The others, in queue order. */
-  waiting: Contender[];
 }
-
-const isNoNode = (error: unknown) => (error as { codeName?: string }).codeName === 'NONODE';
 
 /**
- * Who holds and who waits on which lock, read straight from ZooKeeper: the children of each lock
- * path under the base path, in Curator's order (by sequence), with the JSON each contender wrote
- * into its node. A snapshot: nodes come and go while it is read (a vanished one is left out).
+ * Who holds and who waits on which lock under the base path, from the library's inspection API:
+ * mutexes, read-write locks and semaphores (in this library's or Curator's layout), each contender
+ * with its holder data (host, pid, app, instance), ZooKeeper session, sequence and age. A snapshot:
+ * nodes come and go while it is read. Idle lock paths are left out.
  */
 @Controller('locks')
 export class LocksController {
-  private readonly basePath: string;
-
-  constructor(
-    private readonly connection: ZkConnection,
-    config: ConfigService<AppConfig, true>,
-  ) {
-    this.basePath = config.get('LOCK_BASE_PATH', { infer: true });
-  }
+  constructor(private readonly locks: LockService) {}
 
   @Get()
   async list(): Promise<{ basePath: string; locks: LockView[] }> {
-    const session = this.connection.session;
-    if (!session || this.connection.state !== 'connected') {
-      throw new ServiceUnavailableException(`Not connected to ZooKeeper (${this.connection.state})`);
+    // inspect() waits for a connection instead of failing; an operator's request should not hang
+    // while ZooKeeper is away. (inspect() checks the state in the same tick, so no race here.)
+    const state = this.locks.state;
+    if (state !== 'connected') throw new ServiceUnavailableException(`Not connected to ZooKeeper (${state})`);
+    let found: LockInfo[];
+    try {
+      found = await this.locks.inspect();
+    } catch (error) {
+      if (isUnavailable(error)) throw new ServiceUnavailableException(`ZooKeeper unavailable: ${(error as Error).message}`);
+      throw error;
     }
-    const names = (await children(session, this.basePath)).sort();
-    const locks = await Promise.all(names.map((name) => this.lock(session, name)));
-    return { basePath: this.basePath, locks: locks.filter((l) => l.holder !== null) };
-  }
-
-  private async lock(session: ZkSession, name: string): Promise<LockView> {
-    const path = this.basePath === '/' ? `/${name}` : `${this.basePath}/${name}`;
-    const nodes = sortChildren(await children(session, path), ['lock-']);
-    const contenders = await Promise.all(
-      nodes.map(async (node): Promise<Contender | undefined> => {
-        try {
-          const { data } = await session.getData(`${path}/${node}`);
-          return { node, ...parseHolderData(data) };
-        } catch (error) {
-          if (isNoNode(error)) return undefined; // released meanwhile
-          throw error;
-        }
-      }),
-    );
-    const [holder = null, ...waiting] = contenders.filter((c): c is Contender => c !== undefined);
-    return { name, path, holder, waiting };
+    const basePath = this.locks.basePath;
+    return { basePath, locks: found.map((lock) => ({ name: nameOf(basePath, lock.path), ...lock })) };
   }
 }
 
-async function children(session: ZkSession, path: string): Promise<string[]> {
-  try {
-    return (await session.getChildren(path)).children;
-  } catch (error) {
-    if (isNoNode(error)) return [];
-    throw error;
-  }
+/** The connection dropped or the session ended during the walk, or the app is shutting down. */
+function isUnavailable(error: unknown): boolean {
+  if (error instanceof ConnectionClosedError) return true;
+  return error instanceof ZkError && (error.isConnectionError || error.isSessionGone);
+}
+
+function nameOf(basePath: string, path: string): string {
+  const prefix = basePath === '/' ? '/' : `${basePath}/`;
+  return path.startsWith(prefix) ? path.slice(prefix.length) : path;
 }

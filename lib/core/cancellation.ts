@@ -1,0 +1,73 @@
+import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import type { LockEngine } from './lock-engine.js';
+import type { AcquireOptions } from './lock-queue.js';
+
+/** Why an acquire stopped waiting. */
+export interface Cancel {
+  reason: NotAcquiredReason;
+  error?: unknown;
+}
+
+/**
+ * The ways an acquire stops waiting other than success: its deadline, its caller's signal, the
+ * connection closing, the engine shutting down. Settles once; `dispose()` stops listening.
+ */
+export class Cancellation {
+  current: Cancel | undefined;
+  /** Resolves with the first reason to give up. */
+  readonly settled: Promise<Cancel>;
+  private resolve!: (cancel: Cancel) => void;
+  private readonly stopListening: () => void;
+
+  constructor(
+    engine: LockEngine,
+    options: AcquireOptions,
+    /** Called once, synchronously, when it settles (also from within the constructor). */
+    private readonly onSettle: (cancel: Cancel) => void = () => undefined,
+  ) {
+    this.settled = new Promise<Cancel>((resolve) => (this.resolve = resolve));
+    const { waitMs, signal } = options;
+    const timer = waitMs !== undefined && waitMs > 0 ? setTimeout(() => this.settle({ reason: 'timeout' }), waitMs) : undefined;
+    const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
+    const onClosed = () => this.settle({ reason: 'connection', error: new ConnectionClosedError() });
+    const onShutdown = () => this.settle({ reason: 'connection', error: new ConnectionClosedError('the lock module is shutting down') });
+    signal?.addEventListener('abort', onAbort, { once: true });
+    engine.connection.on('closed', onClosed);
+    const offShutdown = engine.onShutdown(onShutdown);
+    this.stopListening = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      engine.connection.off('closed', onClosed);
+      offShutdown();
+    };
+    if (signal?.aborted) onAbort();
+    if (engine.connection.state === 'closed') onClosed();
+    if (engine.isShuttingDown) onShutdown();
+  }
+
+  settle(cancel: Cancel): void {
+    if (this.current) return;
+    this.current = cancel;
+    this.onSettle(cancel);
+    this.resolve(cancel);
+  }
+
+  dispose(): void {
+    this.stopListening();
+  }
+
+  /** The error an acquire of `lockName` rejects with once settled. */
+  notAcquired(lockName: string, tryOnce: boolean): LockNotAcquiredError {
+    const { reason, error } = this.current ?? { reason: 'timeout' };
+    const name = JSON.stringify(lockName);
+    const detail =
+      reason === 'timeout'
+        ? tryOnce
+          ? `Lock ${name} is held by another owner`
+          : `Timed out waiting for lock ${name}`
+        : reason === 'aborted'
+          ? `Acquiring lock ${name} was aborted`
+          : `Lock ${name} was not acquired: the connection was closed`;
+    return new LockNotAcquiredError(lockName, reason, detail, error === undefined ? undefined : { cause: error });
+  }
+}

@@ -1,0 +1,247 @@
+import { Cancellation } from './cancellation.js';
+import { LockChannels, publish } from './diagnostics.js';
+import { LockNotAcquiredError, type LockLostReason } from './errors.js';
+import { HeldLease, NodeLease, type Lease, type LeaseOptions } from './lease.js';
+import type { LockEngine } from './lock-engine.js';
+import { MAX_LOCAL_HANDOFFS } from './lock-engine.js';
+import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
+
+interface LocalWaiter {
+  name: string;
+  tryOnce: boolean;
+  leaseOptions: LeaseOptions;
+  cancellation: Cancellation;
+  resolve(lease: Lease): void;
+  reject(error: unknown): void;
+}
+
+export interface LocalQueueOptions {
+  fair: boolean;
+  /** Local handoffs allowed once another process is seen queueing, before our node goes. */
+  maxLocalHandoffs: number;
+}
+
+/**
+ * In-process coalescing of one lock: the callers of this process wait in memory, in arrival
+ * order, behind at most one ZooKeeper node of ours. When that node reaches the head of the
+ * ZooKeeper queue the first caller holds; on release the node is handed to the next local caller
+ * without a ZooKeeper round trip, unless another process is (or may be) queueing and
+ * `maxLocalHandoffs` handoffs were made since, the connection is not healthy, or nobody waits:
+ * then the node is deleted and, if callers still wait, a new one queues at the tail.
+ *
+ * Every local holder gets its own lease: its own signal (aborted when the node or its session
+ * is lost), its own `leaseMs`, and a fencing token one above the previous holder's (the low bits
+ * of the node's token count the handoffs).
+ */
+export class LocalQueue {
+  private readonly waiters: LocalWaiter[] = [];
+  private node: NodeLease | undefined;
+  private holder: LocalLease | undefined;
+  /** Aborts our ZooKeeper acquisition when every caller it was for has given up. */
+  private acquiring: AbortController | undefined;
+  /** Handoffs of the current node (the low bits of the fencing token). */
+  private handoffs = 0;
+  /** Whether another process may be queueing on the lock, and handoffs made since we knew. */
+  private othersMayWait = true;
+  private handoffsWhileOthersWait = 0;
+  private watchingQueue = false;
+
+  constructor(
+    private readonly engine: LockEngine,
+    private readonly spec: QueueSpec,
+    private readonly options: LocalQueueOptions,
+    private readonly unregister: () => void,
+  ) {}
+
+  acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions): Promise<Lease> {
+    const tryOnce = options.waitMs === 0;
+    const busy = this.holder !== undefined || this.acquiring !== undefined || this.waiters.length > 0;
+    if (tryOnce && busy) return Promise.reject(takenError(name));
+    return new Promise<Lease>((resolve, reject) => {
+      const waiter = { name, tryOnce, leaseOptions, resolve, reject } as LocalWaiter;
+      waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
+      if (waiter.cancellation.current) return this.giveUp(waiter); // already aborted or closed
+      this.waiters.push(waiter);
+      if (busy && !this.spec.silent) {
+        const { lockName, parentPath, kind, lockPath } = this.spec;
+        publish(LockChannels.contended, () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
+      }
+      this.pump();
+    });
+  }
+
+  /** A waiter's deadline, signal or connection ended its wait. */
+  private giveUp(waiter: LocalWaiter): void {
+    waiter.cancellation.dispose();
+    const index = this.waiters.indexOf(waiter);
+    if (index >= 0) this.waiters.splice(index, 1);
+    waiter.reject(waiter.cancellation.notAcquired(waiter.name, waiter.tryOnce));
+    // Nobody left to queue for: take our node out of the ZooKeeper queue.
+    if (this.waiters.length === 0) this.acquiring?.abort();
+    this.pump();
+  }
+
+  /** Moves the queue on: grant to the next caller, queue a node for them, or go idle. */
+  private pump(): void {
+    if (this.holder) return;
+    if (this.node) return this.grantOrFree(this.node);
+    if (this.waiters.length > 0) {
+      if (!this.acquiring) this.queueNode();
+      return;
+    }
+    if (!this.acquiring) this.unregister();
+  }
+
+  private queueNode(): void {
+    const abort = new AbortController();
+    this.acquiring = abort;
+    // Only try-once callers: try once on ZooKeeper too.
+    const tryOnce = this.waiters.every((w) => w.tryOnce);
+    acquireInQueue(this.engine, this.spec, { fair: this.options.fair, signal: abort.signal, waitMs: tryOnce ? 0 : undefined }).then(
+      (entry) => {
+        this.acquiring = undefined;
+        const node: NodeLease = new NodeLease(this.engine, this.spec.lockName, entry, {
+          silent: true,
+          onEnd: (reason) => this.nodeEnded(node, reason),
+        });
+        this.node = node;
+        this.handoffs = 0;
+        this.othersMayWait = true;
+        this.handoffsWhileOthersWait = 0;
+        this.watchingQueue = false;
+        this.pump();
+      },
+      (error: unknown) => {
+        this.acquiring = undefined;
+        if (!abort.signal.aborted) {
+          // A taken lock fails the try-once callers only; any other failure fails everyone waiting.
+          const taken = error instanceof LockNotAcquiredError && error.reason === 'timeout';
+          for (const waiter of [...this.waiters]) {
+            if (taken && !waiter.tryOnce) continue;
+            this.waiters.splice(this.waiters.indexOf(waiter), 1);
+            waiter.cancellation.dispose();
+            waiter.reject(taken ? takenError(waiter.name) : error);
+          }
+        }
+        this.pump();
+      },
+    );
+  }
+
+  /** Our node holds and nobody does locally: the next caller gets it, or the node goes. */
+  private grantOrFree(node: NodeLease): void {
+    const waiter = this.waiters.shift();
+    if (!waiter) {
+      this.node = undefined;
+      void node.release();
+      return this.pump();
+    }
+    waiter.cancellation.dispose();
+    const lease = new LocalLease(this, waiter.name, node, node.fencingToken + BigInt(this.handoffs), waiter.leaseOptions);
+    this.holder = lease;
+    waiter.resolve(lease);
+  }
+
+  /** A local holder is done (released, or its leaseMs ran out). */
+  handBack(lease: LocalLease): Promise<void> {
+    if (this.holder !== lease) return Promise.resolve();
+    this.holder = undefined;
+    const node = this.node;
+    if (node && this.waiters.length > 0 && this.mayHandOff(node)) {
+      this.handoffs++;
+      if (this.othersMayWait) this.handoffsWhileOthersWait++;
+      this.watchQueue(node);
+      this.grantOrFree(node);
+      return Promise.resolve();
+    }
+    this.node = undefined;
+    const freed = node ? node.release() : Promise.resolve();
+    this.pump();
+    return freed;
+  }
+
+  private mayHandOff(node: NodeLease): boolean {
+    const { connection } = this.engine;
+    return (
+      node.isHeld &&
+      connection.state === 'connected' &&
+      connection.session === node.session &&
+      !this.engine.isShuttingDown &&
+      this.handoffs < MAX_LOCAL_HANDOFFS &&
+      (!this.othersMayWait || this.handoffsWhileOthersWait < this.options.maxLocalHandoffs)
+    );
+  }
+
+  /**
+   * Learns whether other processes queue behind our node: one listing with a children watch per
+   * node, made on its first handoff. Until the listing shows our node alone, and again from the
+   * first change of the queue on, the `maxLocalHandoffs` bound applies.
+   */
+  private watchQueue(node: NodeLease): void {
+    if (this.watchingQueue) return;
+    this.watchingQueue = true;
+    let changed = false;
+    node.session
+      .getChildren(this.spec.parentPath, () => {
+        changed = true;
+        if (this.node !== node) return;
+        this.othersMayWait = true;
+        this.handoffsWhileOthersWait = 0;
+      })
+      .then(
+        ({ children }) => {
+          if (this.node === node && !changed && children.length === 1) this.othersMayWait = false;
+        },
+        () => undefined, // stays bounded
+      );
+  }
+
+  /** The node ended other than by our release: lost (session, deleted) or released by shutdown. */
+  private nodeEnded(node: NodeLease, reason: LockLostReason | 'released'): void {
+    if (this.node !== node) return;
+    this.node = undefined;
+    const holder = this.holder;
+    if (holder && reason !== 'released') {
+      this.holder = undefined;
+      holder.lose(reason);
+    }
+    if (holder && reason === 'released') void holder.release();
+    // Callers still waiting queue a new node (in the next session if this one is gone).
+    this.pump();
+  }
+
+  /** Arms the node's own loss detection (a watch on it) for a holder that looks at its signal. */
+  armSignal(node: NodeLease): void {
+    void node.signal;
+  }
+}
+
+function takenError(name: string): LockNotAcquiredError {
+  return new LockNotAcquiredError(name, 'timeout', `Lock ${JSON.stringify(name)} is held by another owner`);
+}
+
+/** A local holder's lease over the shared node. */
+export class LocalLease extends HeldLease {
+  readonly sessionId: string;
+  readonly path: string;
+
+  constructor(
+    private readonly queue: LocalQueue,
+    name: string,
+    private readonly node: NodeLease,
+    readonly fencingToken: bigint,
+    options: LeaseOptions,
+  ) {
+    super(name, options);
+    this.sessionId = node.sessionId;
+    this.path = node.path;
+  }
+
+  protected armSignal(): void {
+    this.queue.armSignal(this.node);
+  }
+
+  protected free(): Promise<void> {
+    return this.queue.handBack(this);
+  }
+}
