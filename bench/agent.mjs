@@ -142,9 +142,11 @@ function herdLock(session, path) {
 async function makePeer(peer, path, on = { connection, engine }) {
   const session = on.connection.session;
   switch (peer) {
-    case 'ours': {
+    case 'ours':
+    case 'ours-fifo': {
+      const options = { coalesce: peer === 'ours' };
       return () => {
-        const mutex = new Mutex(on.engine, path, path);
+        const mutex = new Mutex(on.engine, path, path, options);
         return { acquire: () => mutex.acquire(), release: (lease) => lease.release() };
       };
     }

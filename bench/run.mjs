@@ -23,8 +23,9 @@
 //   scale: 10 000 distinct locks held at once; 1 000 waiters on one lock
 //   churn: a mix of acquires, tries, timeouts and semaphore leases; heap after GC before/after
 // Peers, alternating round by round (medians over rounds; latencies pooled):
-//   raw create+delete and exists round trips, the naive "herd" lock, Curator's InterProcessMutex,
-//   redis-semaphore's Mutex on ioredis.
+//   raw create+delete and exists round trips, our mutex without in-process coalescing
+//   (`coalesce: false`: one node per caller, as Curator), the naive "herd" lock, Curator's
+//   InterProcessMutex, redis-semaphore's Mutex on ioredis.
 // Results: a table on stdout and bench/results/<date>.json.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -141,7 +142,7 @@ function javaAgent(name, javaArgs) {
 // ---------------------------------------------------------------------------------------------
 // One timed round of a peer
 
-const ZK_PEERS = new Set(['ours', 'herd', 'raw', 'exists', 'curator']);
+const ZK_PEERS = new Set(['ours', 'ours-fifo', 'herd', 'raw', 'exists', 'curator']);
 
 function counterFile() {
   const file = `/dev/shm/nestjs-zk-lock-bench.${process.pid}.counter`;
@@ -247,6 +248,7 @@ const PEER_LABEL = {
   raw: 'raw create+delete (serial)',
   exists: 'raw exists round trip',
   ours: 'nestjs-zk-lock Mutex',
+  'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
   herd: 'naive herd lock (same client)',
   curator: 'Curator InterProcessMutex',
   redis: 'redis-semaphore Mutex (Redis)',
@@ -299,17 +301,17 @@ async function main() {
       // ---- W1, W2, W3: alternating rounds -------------------------------------------------
       const plan = [];
       if (wants('w1')) {
-        for (const peer of ['raw', 'exists', 'ours', 'herd']) plan.push({ workload: 'W1', peer, agents: [main], workers: 1 });
+        for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W1', peer, agents: [main], workers: 1 });
         if (curatorMain) plan.push({ workload: 'W1', peer: 'curator', agents: [curatorMain], workers: 1 });
         if (redis) plan.push({ workload: 'W1', peer: 'redis', agents: [main], workers: 1 });
       }
       if (wants('w2')) {
-        for (const peer of ['ours', 'herd']) plan.push({ workload: 'W2', peer, agents: [main], workers: 8 });
+        for (const peer of ['ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W2', peer, agents: [main], workers: 8 });
         if (curatorMain) plan.push({ workload: 'W2', peer: 'curator', agents: [curatorMain], workers: 8 });
         if (redis) plan.push({ workload: 'W2', peer: 'redis', agents: [main], workers: 8 });
       }
       if (wants('w3')) {
-        for (const peer of ['ours', 'herd']) plan.push({ workload: 'W3', peer, agents: w3, workers: 4 });
+        for (const peer of ['ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W3', peer, agents: w3, workers: 4 });
         if (curatorW3.length) plan.push({ workload: 'W3', peer: 'curator', agents: curatorW3, workers: 4 });
         if (redis) plan.push({ workload: 'W3', peer: 'redis', agents: w3, workers: 4 });
       }
@@ -574,7 +576,7 @@ function report(results) {
   };
   const workloadLabel = { W1: 'W1 uncontended (1 worker)', W2: 'W2 1 process × 8 workers', W3: 'W3 4 processes × 4 workers' };
   for (const workload of ['W1', 'W2', 'W3']) {
-    for (const peer of ['raw', 'exists', 'ours', 'herd', 'curator', 'redis']) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd', 'curator', 'redis']) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
       rows.push([
