@@ -311,8 +311,8 @@ export function describeLockSnapshot(snapshot) {
     .sort()
     .map(([name, n]) => `${n} from ${name}`)
     .join(', ');
-  const { holder, ageMs } = lock.holders[0];
-  return `GET /locks on ${snapshot.from} mid-sale: ${lock.path} held by ${holder.instance} (pid ${holder.pid}) for ${ageMs} ms, ${lock.waiting.length} waiting${waiting ? ` (${waiting})` : ''}`;
+  const { holder } = lock.holders[0];
+  return `GET /locks on ${snapshot.from} mid-sale: ${lock.path} held by ${holder.instance} (pid ${holder.pid}), ${lock.waiting.length} waiting${waiting ? ` (${waiting})` : ''}`;
 }
 
 const ms = (value) => (Number.isFinite(value) ? value.toFixed(value < 100 ? 1 : 0) : '-');

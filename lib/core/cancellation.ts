@@ -1,4 +1,4 @@
-import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import { LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
 import type { AcquireOptions } from './lock-queue.js';
 
@@ -29,20 +29,14 @@ export class Cancellation {
     const { waitMs, signal } = options;
     const timer = waitMs !== undefined && waitMs > 0 ? setTimeout(() => this.settle({ reason: 'timeout' }), waitMs) : undefined;
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
-    const onClosed = () => this.settle({ reason: 'connection', error: new ConnectionClosedError() });
-    const onShutdown = () => this.settle({ reason: 'connection', error: new ConnectionClosedError('the lock module is shutting down') });
     signal?.addEventListener('abort', onAbort, { once: true });
-    engine.connection.on('closed', onClosed);
-    const offShutdown = engine.onShutdown(onShutdown);
+    const offStop = engine.onStop((error) => this.settle({ reason: 'connection', error }));
     this.stopListening = () => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
-      engine.connection.off('closed', onClosed);
-      offShutdown();
+      offStop();
     };
     if (signal?.aborted) onAbort();
-    if (engine.connection.state === 'closed') onClosed();
-    if (engine.isShuttingDown) onShutdown();
   }
 
   settle(cancel: Cancel): void {

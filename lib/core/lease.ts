@@ -50,7 +50,8 @@ export abstract class HeldLease implements Lease {
   abstract readonly path: string;
   abstract readonly fencingToken: bigint;
   private readonly heldSince = performance.now();
-  private readonly controller = new AbortController();
+  /** Made when first needed: most leases are released without anyone reading the signal. */
+  private controller: AbortController | undefined;
   private ended = false;
   private releasing: Promise<void> | undefined;
   private armed = false;
@@ -79,6 +80,7 @@ export abstract class HeldLease implements Lease {
 
   /** Noticing loss may cost a request, so it is armed only once someone looks at the signal. */
   get signal(): AbortSignal {
+    this.controller ??= new AbortController();
     if (!this.armed && !this.ended) {
       this.armed = true;
       this.armSignal();
@@ -104,6 +106,7 @@ export abstract class HeldLease implements Lease {
     if (this.ended) return;
     this.end(reason);
     if (!this.options.silent) publish(LockChannels.lost, () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
+    this.controller ??= new AbortController();
     this.controller.abort(new LockLostError(this.name, reason));
   }
 

@@ -1,6 +1,6 @@
-import { InvalidOptionError } from './errors.js';
+import { ConnectionClosedError, InvalidOptionError } from './errors.js';
 import { positiveInteger } from './connection-options.js';
-import { holderData, type HolderIdentity } from './holder-data.js';
+import { holderDataWriter, type HolderIdentity } from './holder-data.js';
 import { ancestorsOf, HANDOFF_BITS, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection, SessionLostReason } from './zk-connection.js';
@@ -28,6 +28,8 @@ export interface LockEngineOptions extends HolderIdentity {
 
 /** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
 export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;
+
+const SHUTTING_DOWN = () => new ConnectionClosedError('the lock module is shutting down');
 
 /** Everyone may read (inspect); only the creating identity (the `auth` credentials) may change. */
 export const SECURE_PARENT_ACL: readonly ZkAcl[] = [
@@ -84,8 +86,12 @@ export class LockEngine {
     private readonly identity: LockEngineOptions = {},
   ) {
     this.basePath = validateEngineOptions(identity);
+    this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     connection.on('lost', (reason) => this.sessionGone(reason));
-    connection.on('closed', () => this.sessionGone('connection-closed'));
+    connection.on('closed', () => {
+      this.emitStop(new ConnectionClosedError());
+      this.sessionGone('connection-closed');
+    });
   }
 
   private readonly warningListeners = new Set<(message: string) => void>();
@@ -131,9 +137,7 @@ export class LockEngine {
   }
 
   /** Fresh holder data for a new node (created-at changes per node). */
-  nodeData(): Buffer {
-    return holderData({ app: this.identity.app, instance: this.identity.instance });
-  }
+  readonly nodeData: () => Buffer;
 
   track(item: SessionBound): () => void {
     this.bound.add(item);
@@ -167,19 +171,29 @@ export class LockEngine {
    */
   async shutdown(): Promise<void> {
     this.shuttingDown = true;
-    this.emitShutdown();
+    this.emitStop(SHUTTING_DOWN());
     await Promise.all([...this.bound].map((item) => item.release?.()));
     await this.drain();
   }
 
-  private readonly shutdownListeners = new Set<() => void>();
-  /** Called when shutdown begins (waiting acquirers give up). */
-  onShutdown(listener: () => void): () => void {
-    this.shutdownListeners.add(listener);
-    return () => this.shutdownListeners.delete(listener);
+  private readonly stopListeners = new Set<(error: ConnectionClosedError) => void>();
+  /**
+   * Calls `listener` once when waiting must stop for everyone: the connection closed or shutdown
+   * began (waiting acquirers give up). One set for all waiters: cheaper than a listener each.
+   */
+  onStop(listener: (error: ConnectionClosedError) => void): () => void {
+    const stopped = this.connection.state === 'closed' ? new ConnectionClosedError() : this.shuttingDown ? SHUTTING_DOWN() : undefined;
+    if (stopped) {
+      listener(stopped);
+      return () => undefined;
+    }
+    this.stopListeners.add(listener);
+    return () => this.stopListeners.delete(listener);
   }
-  private emitShutdown(): void {
-    for (const listener of [...this.shutdownListeners]) listener();
+  private emitStop(error: ConnectionClosedError): void {
+    const listeners = [...this.stopListeners];
+    this.stopListeners.clear();
+    for (const listener of listeners) listener(error);
   }
 
   /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
