@@ -1,3 +1,4 @@
+import diagnostics_channel from 'node:diagnostics_channel';
 import { Controller, Get, Injectable, Module, Param, Post, Sse, type INestApplication, type MessageEvent } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { EventEmitter2, EventEmitterModule, OnEvent } from '@nestjs/event-emitter';
@@ -7,6 +8,7 @@ import { Test } from '@nestjs/testing';
 import { Observable } from 'rxjs';
 import { LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
 import { LockContext } from '../../lib/core/lock-context.js';
+import { LockChannels } from '../../lib/core/diagnostics.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
@@ -109,14 +111,21 @@ describe.each([
 
   it('serializes requests per key and runs different keys in parallel', async () => {
     gate.entered = 0;
+    const contended: string[] = [];
+    const onContended = (message: unknown) => contended.push((message as { name: string }).name);
+    diagnostics_channel.subscribe(LockChannels.contended.name, onContended);
     const a1 = post('/events/1/hold');
     await waitUntil(() => gate.entered === 1);
     const a2 = post('/events/1/hold'); // same key: must wait for a1
     const b = post('/events/2/hold'); // other key: runs at once
     await waitUntil(() => gate.entered === 2);
+    // a1 holds event:1 and a2 waits for it — in memory, behind this process's one node (coalescing) —
+    // while b holds event:2.
+    await waitUntil(() => contended.includes('event:1'));
+    diagnostics_channel.unsubscribe(LockChannels.contended.name, onContended);
     const observer = await connect();
-    // a1 holds event:1 (a2 queued behind it), b holds event:2.
-    await waitUntil(async () => (await childrenOf(observer, `${base}/event:1`)).length === 2);
+    expect(await childrenOf(observer, `${base}/event:1`)).toHaveLength(1);
+    expect(await childrenOf(observer, `${base}/event:2`)).toHaveLength(1);
     expect(gate.entered).toBe(2);
     gate.open();
     await waitUntil(() => gate.entered === 3); // a2 got the lock once a1 released
