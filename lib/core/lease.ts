@@ -54,7 +54,8 @@ export abstract class HeldLease implements Lease {
   private controller: AbortController | undefined;
   private ended = false;
   private releasing: Promise<void> | undefined;
-  private armed = false;
+  /** Settles once loss detection is in place (e.g. the watch's reply came). */
+  private armed: Promise<boolean> | undefined;
   private readonly leaseTimer: NodeJS.Timeout | undefined;
 
   constructor(
@@ -71,8 +72,17 @@ export abstract class HeldLease implements Lease {
 
   /** Gives the lock up (after the lease ended); resolves when done, never rejects. */
   protected abstract free(): Promise<void>;
-  /** Starts noticing loss that nothing else reports (e.g. our node deleted by someone). */
-  protected abstract armSignal(): void;
+  /**
+   * Starts noticing loss that nothing else reports (e.g. our node deleted by someone); resolves
+   * true once that is in place, false if it could not be set up (the lease may be lost already).
+   */
+  protected abstract armSignal(): Promise<boolean>;
+
+  /** Arms loss detection (once); see armSignal. */
+  protected arm(): Promise<boolean> {
+    this.armed ??= this.ended ? Promise.resolve(false) : this.armSignal();
+    return this.armed;
+  }
 
   get isHeld(): boolean {
     return !this.ended;
@@ -81,10 +91,7 @@ export abstract class HeldLease implements Lease {
   /** Noticing loss may cost a request, so it is armed only once someone looks at the signal. */
   get signal(): AbortSignal {
     this.controller ??= new AbortController();
-    if (!this.armed && !this.ended) {
-      this.armed = true;
-      this.armSignal();
-    }
+    void this.arm();
     return this.controller.signal;
   }
 
@@ -147,14 +154,30 @@ export class NodeLease extends HeldLease implements SessionBound {
     return this.entry.fencingToken;
   }
 
-  protected armSignal(): void {
-    this.entry.session
+  /** How many nodes the acquiring listing saw (1: nobody else was queued). */
+  get listed(): number {
+    return this.entry.listed;
+  }
+
+  /**
+   * Watches our node, so that its deletion by someone else ends the lease; resolves true once
+   * the watch is set on the existing node.
+   */
+  watchNode(): Promise<boolean> {
+    return this.arm();
+  }
+
+  protected armSignal(): Promise<boolean> {
+    return this.entry.session
       .exists(this.entry.path, (event) => {
         if (event.type === 'deleted') this.lose('node-deleted');
       })
       .then(
-        (stat) => stat === null && this.lose('node-deleted'),
-        () => undefined, // connection trouble: session events cover it
+        (stat) => {
+          if (stat === null) this.lose('node-deleted');
+          return stat !== null;
+        },
+        () => false, // connection trouble: session events cover the lease, but the watch may be missing
       );
   }
 

@@ -44,7 +44,11 @@ export class LocalQueue {
   /** Whether another process may be queueing on the lock, and handoffs made since we knew. */
   private othersMayWait = true;
   private handoffsWhileOthersWait = 0;
-  private watchingQueue = false;
+  /** The current node's watches (its deletion, the queue) are set: handoffs may go ahead. */
+  private watched: Promise<void> | undefined;
+  private watchesSet = false;
+  /** A release is waiting for `watched` before handing over. */
+  private handoffPending = false;
 
   constructor(
     private readonly engine: LockEngine,
@@ -62,6 +66,7 @@ export class LocalQueue {
       waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
       if (waiter.cancellation.current) return this.giveUp(waiter); // already aborted or closed
       this.waiters.push(waiter);
+      if (this.node) this.watchForHandoff(this.node);
       if (busy && !this.spec.silent) {
         const { lockName, parentPath, kind, lockPath } = this.spec;
         publish(LockChannels.contended, () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
@@ -83,7 +88,7 @@ export class LocalQueue {
 
   /** Moves the queue on: grant to the next caller, queue a node for them, or go idle. */
   private pump(): void {
-    if (this.holder) return;
+    if (this.holder || this.handoffPending) return;
     if (this.node) return this.grantOrFree(this.node);
     if (this.waiters.length > 0) {
       if (!this.acquiring) this.queueNode();
@@ -106,9 +111,10 @@ export class LocalQueue {
         });
         this.node = node;
         this.handoffs = 0;
-        this.othersMayWait = true;
+        this.othersMayWait = entry.listed > 1;
         this.handoffsWhileOthersWait = 0;
-        this.watchingQueue = false;
+        this.watched = undefined;
+        this.watchesSet = false;
         this.pump();
       },
       (error: unknown) => {
@@ -139,6 +145,7 @@ export class LocalQueue {
     waiter.cancellation.dispose();
     const lease = new LocalLease(this, waiter.name, node, node.fencingToken + BigInt(this.handoffs), waiter.leaseOptions);
     this.holder = lease;
+    if (this.waiters.length > 0) this.watchForHandoff(node);
     waiter.resolve(lease);
   }
 
@@ -147,15 +154,29 @@ export class LocalQueue {
     if (this.holder !== lease) return Promise.resolve();
     this.holder = undefined;
     const node = this.node;
-    if (node && this.waiters.length > 0 && this.mayHandOff(node)) {
+    if (node && this.waiters.length > 0 && this.watched && !this.watchesSet) {
+      // The node's watches were just requested: hand over once they are in place.
+      this.handoffPending = true;
+      void this.watched.then(() => {
+        this.handoffPending = false;
+        if (this.node === node) void this.afterHold(node);
+        else this.pump();
+      });
+      return Promise.resolve();
+    }
+    return node ? this.afterHold(node) : (this.pump(), Promise.resolve());
+  }
+
+  /** Between two holders of our node: hand it over locally, or delete it and queue again. */
+  private afterHold(node: NodeLease): Promise<void> {
+    if (this.waiters.length > 0 && this.mayHandOff(node)) {
       this.handoffs++;
       if (this.othersMayWait) this.handoffsWhileOthersWait++;
-      this.watchQueue(node);
       this.grantOrFree(node);
       return Promise.resolve();
     }
     this.node = undefined;
-    const freed = node ? node.release() : Promise.resolve();
+    const freed = node.release();
     this.pump();
     return freed;
   }
@@ -164,24 +185,26 @@ export class LocalQueue {
     const { connection } = this.engine;
     return (
       node.isHeld &&
+      this.watchesSet &&
       connection.state === 'connected' &&
       connection.session === node.session &&
       !this.engine.isShuttingDown &&
       this.handoffs < MAX_LOCAL_HANDOFFS &&
+      this.options.maxLocalHandoffs > 0 &&
       (!this.othersMayWait || this.handoffsWhileOthersWait < this.options.maxLocalHandoffs)
     );
   }
 
   /**
-   * Learns whether other processes queue behind our node: one listing with a children watch per
-   * node, made on its first handoff. Until the listing shows our node alone, and again from the
-   * first change of the queue on, the `maxLocalHandoffs` bound applies.
+   * Before our node is handed over locally, two watches per node: on the node itself, so that
+   * its deletion by someone else ends it (a local handoff must never go to a deleted node), and
+   * on the queue with a listing, to learn whether other processes wait behind us (until the first
+   * change, while the listing shows our node alone, handoffs are not limited).
    */
-  private watchQueue(node: NodeLease): void {
-    if (this.watchingQueue) return;
-    this.watchingQueue = true;
+  private watchForHandoff(node: NodeLease): void {
+    if (this.watched) return;
     let changed = false;
-    node.session
+    const queue = node.session
       .getChildren(this.spec.parentPath, () => {
         changed = true;
         if (this.node !== node) return;
@@ -190,10 +213,17 @@ export class LocalQueue {
       })
       .then(
         ({ children }) => {
-          if (this.node === node && !changed && children.length === 1) this.othersMayWait = false;
+          if (this.node !== node || changed) return;
+          const others = children.length > 1;
+          if (others && !this.othersMayWait) this.handoffsWhileOthersWait = 0;
+          this.othersMayWait = others;
         },
-        () => undefined, // stays bounded
+        () => undefined, // stays as it was (bounded if unsure)
       );
+    // Without the node's watch no handoff: the node is deleted and queued again instead.
+    this.watched = Promise.all([node.watchNode(), queue]).then(([nodeWatched]) => {
+      if (this.node === node) this.watchesSet = nodeWatched;
+    });
   }
 
   /** The node ended other than by our release: lost (session, deleted) or released by shutdown. */
@@ -211,8 +241,8 @@ export class LocalQueue {
   }
 
   /** Arms the node's own loss detection (a watch on it) for a holder that looks at its signal. */
-  armSignal(node: NodeLease): void {
-    void node.signal;
+  armSignal(node: NodeLease): Promise<boolean> {
+    return node.watchNode();
   }
 }
 
@@ -237,8 +267,8 @@ export class LocalLease extends HeldLease {
     this.path = node.path;
   }
 
-  protected armSignal(): void {
-    this.queue.armSignal(this.node);
+  protected armSignal(): Promise<boolean> {
+    return this.queue.armSignal(this.node);
   }
 
   protected free(): Promise<void> {

@@ -70,6 +70,8 @@ export interface QueueEntry {
   name: string;
   /** Strictly increasing across successive holders of the queue (see fencingTokenOf). */
   fencingToken: bigint;
+  /** Nodes in the last listing we saw (ours included): 1 means nobody else was queued then. */
+  listed: number;
 }
 
 /**
@@ -183,7 +185,7 @@ class QueueWaiter {
   }
 
   private held(session: ZkSession, path: string, name: string, listing: Listing): QueueEntry {
-    return { session, path, name, fencingToken: fencingTokenOf(listing.parentCzxid, sequenceOf(name) ?? 0) };
+    return { session, path, name, fencingToken: fencingTokenOf(listing.parentCzxid, sequenceOf(name) ?? 0), listed: listing.children.length };
   }
 
   private abandon(session: ZkSession, path: string): undefined {
