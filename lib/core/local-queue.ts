@@ -27,7 +27,9 @@ export interface LocalQueueOptions {
  * ZooKeeper queue the first caller holds; on release the node is handed to the next local caller
  * without a ZooKeeper round trip, unless another process is (or may be) queueing and
  * `maxLocalHandoffs` handoffs were made since, the connection is not healthy, or nobody waits:
- * then the node is deleted and, if callers still wait, a new one queues at the tail.
+ * then the node is deleted and, if callers still wait, a new one queues at the tail. Handoffs
+ * start only once a watch on the node is set, so a node deleted by someone is never handed on.
+ * `maxLocalHandoffs: 0` never hands over (one node per process, FIFO across processes).
  *
  * Every local holder gets its own lease: its own signal (aborted when the node or its session
  * is lost), its own `leaseMs`, and a fencing token one above the previous holder's (the low bits
