@@ -39,8 +39,8 @@ export class LocalQueue {
   private readonly waiters: LocalWaiter[] = [];
   private node: NodeLease | undefined;
   private holder: LocalLease | undefined;
-  /** Aborts our ZooKeeper acquisition when every caller it was for has given up. */
-  private acquiring: AbortController | undefined;
+  /** Our ZooKeeper acquisition in flight; `cancel` gives it up when every caller has. */
+  private acquiring: { cancel?: () => void; cancelled: boolean } | undefined;
   /** Handoffs of the current node (the low bits of the fencing token). */
   private handoffs = 0;
   /** Whether another process may be queueing on the lock, and handoffs made since we knew. */
@@ -84,7 +84,10 @@ export class LocalQueue {
     if (index >= 0) this.waiters.splice(index, 1);
     waiter.reject(waiter.cancellation.notAcquired(waiter.name, waiter.tryOnce));
     // Nobody left to queue for: take our node out of the ZooKeeper queue.
-    if (this.waiters.length === 0) this.acquiring?.abort();
+    if (this.waiters.length === 0 && this.acquiring) {
+      this.acquiring.cancelled = true;
+      this.acquiring.cancel?.();
+    }
     this.pump();
   }
 
@@ -100,11 +103,12 @@ export class LocalQueue {
   }
 
   private queueNode(): void {
-    const abort = new AbortController();
-    this.acquiring = abort;
+    const acquiring: { cancel?: () => void; cancelled: boolean } = { cancelled: false };
+    this.acquiring = acquiring;
     // Only try-once callers: try once on ZooKeeper too.
     const tryOnce = this.waiters.every((w) => w.tryOnce);
-    acquireInQueue(this.engine, this.spec, { fair: this.options.fair, signal: abort.signal, waitMs: tryOnce ? 0 : undefined }).then(
+    const onCancellable = (cancel: () => void) => (acquiring.cancel = cancel);
+    acquireInQueue(this.engine, this.spec, { fair: this.options.fair, onCancellable, waitMs: tryOnce ? 0 : undefined }).then(
       (entry) => {
         this.acquiring = undefined;
         const node: NodeLease = new NodeLease(this.engine, this.spec.lockName, entry, {
@@ -121,7 +125,7 @@ export class LocalQueue {
       },
       (error: unknown) => {
         this.acquiring = undefined;
-        if (!abort.signal.aborted) {
+        if (!acquiring.cancelled) {
           // A taken lock fails the try-once callers only; any other failure fails everyone waiting.
           const taken = error instanceof LockNotAcquiredError && error.reason === 'timeout';
           for (const waiter of [...this.waiters]) {

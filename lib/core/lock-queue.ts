@@ -54,6 +54,8 @@ export interface QueueOptions extends AcquireOptions {
    * next one (a semaphore lease must be created while holding the internal lock of the same session).
    */
   session?: ZkSession;
+  /** Receives a function that gives the acquire up (like an abort; cheaper than an AbortSignal). */
+  onCancellable?: (cancel: () => void) => void;
 }
 
 export interface AcquireOptions {
@@ -107,6 +109,7 @@ class QueueWaiter {
     this.pinned = options.session;
     this.barge = options.fair === false;
     this.cancellation = new Cancellation(engine, options, () => this.wake?.());
+    options.onCancellable?.(() => this.cancellation.settle({ reason: 'aborted' }));
   }
 
   async run(): Promise<QueueEntry> {
