@@ -28,6 +28,19 @@ export interface ConnectionEvents {
 
 const AUTH_FAILED_STATE = -113;
 const WATCHDOG_INTERVAL_MS = 250;
+
+/**
+ * How long after a disconnection is noticed the session counts as lost: before the server can
+ * have expired it. The server expires a session one timeout (T) after it last heard from the
+ * client, and it heard from us at least when it last answered (`lastHeardAt`). The C client
+ * notices a silent connection only after 2/3 T without a packet, so the last packet may be that
+ * old: at most T/3 remain from the moment it is noticed. The margin covers the watchdog's lag.
+ */
+export function lostDelayMs(session: Pick<ZkSession, 'timeoutMs' | 'lastHeardAt'>, now = performance.now()): number {
+  const timeout = session.timeoutMs;
+  const margin = WATCHDOG_INTERVAL_MS + 50;
+  return Math.max(0, Math.max(timeout / 3, session.lastHeardAt + timeout - now) - margin);
+}
 const EXPIRED_SESSION_STATE = -112;
 
 /**
@@ -85,6 +98,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     return this.firstConnect;
   }
   private watchdog: NodeJS.Timeout | undefined;
+  private heartbeat: Promise<void> | undefined;
 
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
@@ -220,8 +234,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (session !== this.current || this.currentState !== 'connected') return;
     this.setState('suspended');
     this.emit('suspended');
-    // Past the session timeout the server has expired us (or will): say so before it does.
-    this.lostTimer = setTimeout(() => this.sessionLost(session, 'session-timeout'), session.timeoutMs);
+    this.lostTimer = setTimeout(() => this.sessionLost(session, 'session-timeout'), lostDelayMs(session));
   }
 
   private resume(session: ZkSession): void {
@@ -238,6 +251,15 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private checkNativeState(): void {
     const session = this.current;
     if (!session || !this.connectedSessions.has(session)) return;
+    // Keep `lastHeardAt` fresh (the C client's pings are invisible to us), so that a disconnection
+    // is not taken for a loss sooner than it needs to be.
+    if (this.currentState === 'connected' && performance.now() - session.lastHeardAt > session.timeoutMs / 3 && !this.heartbeat) {
+      this.heartbeat = session.exists('/').then(
+        () => undefined,
+        () => undefined,
+      );
+      void this.heartbeat.finally(() => (this.heartbeat = undefined));
+    }
     if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
     else if (this.currentState === 'suspended' && session.isConnectedNatively) this.resume(session);
   }

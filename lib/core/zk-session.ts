@@ -127,6 +127,11 @@ export class ZkSession {
   private readonly ops: NativeOps;
   private closed = false;
   /**
+   * When the server was last heard from (performance.now()): a reply or a watch event. Pings are
+   * invisible here, so it is a lower bound; the connection sends a request when it grows old.
+   */
+  lastHeardAt = performance.now();
+  /**
    * The addon keeps every watcher function it is given alive for good, so each session passes one
    * shared function and keeps the listeners itself, by kind and path, dropping them once fired.
    */
@@ -150,7 +155,10 @@ export class ZkSession {
     }
     this.native = new NativeZooKeeper(config);
     this.ops = this.native.native ?? this.native;
-    this.native.on('connect', () => events.onConnected());
+    this.native.on('connect', () => {
+      this.lastHeardAt = performance.now();
+      events.onConnected();
+    });
     this.native.on('connecting', () => events.onConnecting());
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
@@ -263,6 +271,7 @@ export class ZkSession {
    * listeners, the rest find none. Session events are not passed on (connection state covers them).
    */
   private dispatchWatch(type: WatchEventType, path: string): void {
+    if (type !== 'session') this.lastHeardAt = performance.now();
     let listeners: WatchListener[];
     if (type === 'child') listeners = take(this.childWatches, path);
     else if (type === 'deleted') listeners = [...take(this.dataWatches, path), ...take(this.childWatches, path)];
@@ -277,7 +286,16 @@ export class ZkSession {
         reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
         return;
       }
-      const rc = send((code, value) => (code === ZkCode.OK ? resolve(value) : reject(new ZkError(code, operation, path))));
+      const rc = send((code, value) => {
+        if (code === ZkCode.OK) {
+          this.lastHeardAt = performance.now();
+          resolve(value);
+          return;
+        }
+        // API errors (-100 and below) are answers from the server, except the client's own SESSIONEXPIRED.
+        if (code <= -100 && code !== ZkCode.SESSIONEXPIRED) this.lastHeardAt = performance.now();
+        reject(new ZkError(code, operation, path));
+      });
       // A non-zero return means the request was never queued, and its callback will never run.
       if (rc !== ZkCode.OK) reject(new ZkError(rc, operation, path));
     });

@@ -185,13 +185,48 @@ describe('Mutex under faults (real ZooKeeper, one client behind a TcpProxy)', ()
 
       const cutAt = Date.now();
       proxy.cut();
-      const [reason, next] = await Promise.all([whenAborted(signal), waiting]);
+      let abortedAt = Infinity;
+      const aborted = whenAborted(signal).then((reason) => ((abortedAt = Date.now()), reason));
+      const [reason, next] = await Promise.all([aborted, waiting]);
+      const acquiredAt = Date.now();
       expect(reason).toBeInstanceOf(LockLostError);
       expect(reason).toMatchObject({ reason: 'session-timeout' });
-      expect(Date.now() - cutAt).toBeGreaterThanOrEqual(1900);
+      // Not before a third of the timeout (a short blip is only a suspension), and before the
+      // other process could take the lock.
+      expect(abortedAt - cutAt).toBeGreaterThanOrEqual(2000 / 3 - 300);
+      expect(abortedAt).toBeLessThanOrEqual(acquiredAt);
       expect(lease.isHeld).toBe(false);
       expect(await childrenOf(observer, path)).toEqual([nameOf(next)]);
       await next.release();
+    });
+
+    it('(b2) holder behind a silent partition (nothing passes, nothing closes): its signal aborts before anyone else can acquire', async () => {
+      // The client notices silence only after 2/3 of the timeout, so "lost one timeout after the
+      // disconnection was noticed" would come 2/3 of a timeout after the server freed the lock.
+      const observer = await connect();
+      const path = uniquePath('silent-holder');
+      const timeoutMs = 3000;
+      const h = await engine({ connectString: proxy.connectString, sessionTimeoutMs: timeoutMs });
+      const lease = await new Mutex(h, 'sh', path).acquire();
+      const signal = lease.signal;
+      await untilWatching(lease.path, h.connection.sessionId!);
+      let acquiredAt = Infinity;
+      const waiting = new Mutex(await engine(), 'sh', path).acquire({ waitMs: 30_000 }).then((next) => ((acquiredAt = Date.now()), next));
+      waiting.catch(() => undefined);
+      await untilChildCount(observer, path, 2);
+
+      const silentAt = Date.now();
+      proxy.blackhole();
+      const reason = await whenAborted(signal, 20_000);
+      const abortedAt = Date.now();
+      expect(reason).toMatchObject({ reason: 'session-timeout' });
+      expect(acquiredAt).toBe(Infinity); // nobody else holds yet
+      const next = await waiting;
+      expect(acquiredAt).toBeGreaterThanOrEqual(abortedAt);
+      expect(abortedAt - silentAt).toBeLessThanOrEqual(timeoutMs + 500);
+      expect(lease.isHeld).toBe(false);
+      await next.release();
+      proxy.restore();
     });
 
     it('(d) a holder cut off while it sends a request still learns that it lost the lock', async () => {

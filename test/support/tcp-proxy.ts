@@ -3,11 +3,12 @@ import net from 'node:net';
 /**
  * A loopback TCP proxy in front of one ZooKeeper server, so a test can partition one client:
  * `cut()` drops every connection and refuses new ones, `restore()` lets traffic through again,
- * `dropReplies()` keeps forwarding requests but swallows the server's answers (a lost reply).
+ * `dropReplies()` keeps forwarding requests but swallows the server's answers (a lost reply),
+ * `blackhole()` forwards nothing either way and closes nothing (a silent partition).
  */
 export class TcpProxy {
   private readonly sockets = new Set<net.Socket>();
-  private mode: 'open' | 'cut' | 'drop-replies' = 'open';
+  private mode: 'open' | 'cut' | 'drop-replies' | 'blackhole' = 'open';
 
   private constructor(
     private readonly server: net.Server,
@@ -21,7 +22,7 @@ export class TcpProxy {
       if (proxy.mode === 'cut') return client.destroy();
       const upstream = net.connect(Number(port), host);
       proxy.sockets.add(client).add(upstream);
-      client.on('data', (chunk) => upstream.write(chunk));
+      client.on('data', (chunk) => proxy.mode !== 'blackhole' && upstream.write(chunk));
       upstream.on('data', (chunk) => proxy.mode === 'open' && client.write(chunk));
       const close = () => {
         client.destroy();
@@ -51,6 +52,14 @@ export class TcpProxy {
   /** Forwards requests but swallows every reply (the client sees silence, then times out). */
   dropReplies(): void {
     this.mode = 'drop-replies';
+  }
+
+  /**
+   * Silence: nothing passes either way, and connections stay open (new ones are accepted and get
+   * nothing either), like a dropped network link. The client notices only by its own timeout.
+   */
+  blackhole(): void {
+    this.mode = 'blackhole';
   }
 
   /** Drops current connections (so the client reconnects) and forwards normally again. */
