@@ -2,7 +2,7 @@
 // Chaos run: lock recipes under ZooKeeper faults, on a throw-away 3-node ensemble.
 //
 //   node scripts/chaos/run.mjs [--seconds N] [--short] [--processes N] [--json FILE] [--verbose]
-//                              [--faults leader,follower,partition,pause,kill-holder,kill-waiter,ensemble]
+//                              [--faults leader,follower,partition,silent-partition,pause,kill-holder,kill-waiter,ensemble]
 //
 // Needs the built package (`npm run build`) and ZooKeeper (`bash scripts/zookeeper.sh install`).
 //
@@ -19,7 +19,8 @@
 //   carrying a token lower than one the store has seen is rejected and counted;
 // - injects each fault at least once: kill -9 of the leader (restarted later), kill -9 of a
 //   follower a client is connected to (restarted), a holder partitioned past its session timeout
-//   (its late write must be rejected), SIGSTOP of a holder past the session timeout then SIGCONT,
+//   with its connections closed and silently (nothing passes, nothing closes; its late write must
+//   be rejected), SIGSTOP of a holder past the session timeout then SIGCONT,
 //   the whole ensemble killed and restarted, a worker SIGKILLed while holding and while waiting;
 // - stops the workers, waits for the dead sessions to expire, counts the lock nodes left behind
 //   from a fresh client, stops the ensemble and prints the tables (exit code 1 if a check failed).
@@ -91,7 +92,7 @@ const opts = {
 };
 if (!Number.isFinite(opts.seconds) || opts.seconds < 0) fail('--seconds expects a number of seconds');
 if (!Number.isInteger(opts.processes) || opts.processes < 3) fail('--processes expects an integer ≥ 3');
-const FAULT_NAMES = ['leader', 'follower', 'partition', 'pause', 'kill-holder', 'kill-waiter', 'ensemble'];
+const FAULT_NAMES = ['leader', 'follower', 'partition', 'silent-partition', 'pause', 'kill-holder', 'kill-waiter', 'ensemble'];
 if (args.faults !== undefined && !args.faults.split(',').every((f) => FAULT_NAMES.includes(f.trim()))) {
   fail(`--faults expects a comma-separated list of ${FAULT_NAMES.join(', ')}`);
 }
@@ -212,6 +213,8 @@ class Proxy {
   sockets = new Set();
   upstreams = new Set();
   cutOff = false;
+  /** Nothing passes and nothing closes: a silent partition (the client notices by its own timeout). */
+  silent = false;
 
   constructor(targetPort) {
     this.targetPort = targetPort;
@@ -220,8 +223,8 @@ class Proxy {
       const upstream = net.connect(this.targetPort, '127.0.0.1');
       this.sockets.add(client).add(upstream);
       upstream.once('connect', () => this.upstreams.add(upstream));
-      client.on('data', (chunk) => upstream.write(chunk));
-      upstream.on('data', (chunk) => client.write(chunk));
+      client.on('data', (chunk) => this.silent || upstream.write(chunk));
+      upstream.on('data', (chunk) => this.silent || client.write(chunk));
       const close = () => {
         client.destroy();
         upstream.destroy();
@@ -249,8 +252,18 @@ class Proxy {
     this.sockets.clear();
     this.upstreams.clear();
   }
+  silence() {
+    this.silent = true;
+  }
   restore() {
     this.cutOff = false;
+    if (this.silent) {
+      // Connections opened during the silence never got an answer: start afresh.
+      this.silent = false;
+      for (const s of this.sockets) s.destroy();
+      this.sockets.clear();
+      this.upstreams.clear();
+    }
   }
   close() {
     this.cut();
@@ -603,13 +616,16 @@ async function holderFor(slot, kind) {
   return held;
 }
 
-async function partitionHolder(slot) {
-  const record = { fault: 'partition holder past session timeout', target: `slot ${slot.slot} (pid ${slot.pid})` };
+async function partitionHolder(slot, silent = false) {
+  const record = {
+    fault: silent ? 'silent partition (nothing passes, nothing closes) of a holder past session timeout' : 'partition holder past session timeout',
+    target: `slot ${slot.slot} (pid ${slot.pid})`,
+  };
   const hold = await holderFor(slot, 'partition');
   if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
   const at = now();
   record.at = at;
-  for (const proxy of slot.proxies.values()) proxy.cut();
+  for (const proxy of slot.proxies.values()) silent ? proxy.silence() : proxy.cut();
   const watch = watchSession(hold.sessionId);
   const lost = await until('the partitioned holder to see its lease lost', () => lostEvents.find((e) => e.holdId === hold.holdId), opts.sessionTimeoutMs + 20_000);
   record.lostMs = ms(at, lost?.at);
@@ -625,8 +641,8 @@ async function partitionHolder(slot) {
   slot.child.send({ cmd: 'go' });
   const late = await until('the late write', () => lateWrites.find((l) => l.holdId === hold.holdId), 15_000);
   Object.assign(record, holderChecks(at, hold, watch, next), { lateWrite: late ? (late.ok ? 'ACCEPTED' : 'rejected') : 'not made' });
-  // Positive: the holder was told only after another process already held the lock (the server
-  // counts the timeout from the last packet it got, the client from when it noticed the cut).
+  // Positive: the holder was told only after another process already held the lock (the client
+  // must declare the loss before the server's deadline, counted from the last packet it got).
   record.signalAfterNextHolderMs = lost && next ? Math.round(lost.at - next.acquiredAt) : undefined;
   await settle('after the partition');
   record.observed = Boolean(lost && next && late && !late.ok && record.nextAfterSessionGone);
@@ -899,6 +915,7 @@ async function main() {
     leader: () => killLeader(),
     follower: () => killFollower(),
     partition: () => partitionHolder(slots[0]),
+    'silent-partition': () => partitionHolder(slots[0], true),
     pause: () => pauseHolder(slots[1]),
     'kill-holder': () => killHolder(slots[2]),
     'kill-waiter': () => killWaiter(),
@@ -1052,8 +1069,8 @@ function printTables(r) {
   row('**orphaned lock nodes after the session timeout**', `${r.orphans}${r.orphansLater !== undefined ? ` (${r.orphansLater} after another 2× timeout)` : ''}`, '0');
   row(
     'partition: lease signal minus next holder\'s acquisition, ms (> 0: told after another process held the lock)',
-    r.faults.filter((f) => f.signalAfterNextHolderMs !== undefined).map((f) => f.signalAfterNextHolderMs).join(', ') || '-',
-    'fenced either way',
+    r.faults.filter((f) => f.signalAfterNextHolderMs !== undefined).map((f) => `${f.signalAfterNextHolderMs}${f.fault.startsWith('silent') ? ' (silent)' : ''}`).join(', ') || '-',
+    '< 0 (fenced either way)',
   );
   row('lost signals (lock:reason)', `${r.lostSignals} ${JSON.stringify(r.lostByReason)}`, '');
   row('errors surfaced to callers', Object.entries(r.errorsByType).map(([k, n]) => `${k}: ${n}`).join('; ') || 'none', '');
