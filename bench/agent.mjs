@@ -329,6 +329,29 @@ async function queueRun({ peer, waiters, holdMs, releases, warmup, path }) {
   return { acquired, counter: counter.read(), handoffs, releases: measuredReleases, notifications, requests, cpuMs, errors };
 }
 
+/**
+ * ZooKeeper's own floor for a handoff: one session deletes a node, another session in this process
+ * hears of it through an exists watch; the time from the delete call to the watch event.
+ */
+async function notifyFloor({ samples, path }) {
+  const [a, b] = await poolOf(2);
+  const sa = a.connection.session;
+  const sb = b.connection.session;
+  await ensurePath(sa, path);
+  const times = [];
+  for (let i = 0; i < samples; i++) {
+    const node = await sa.create(`${path}/n`, EMPTY, CreateMode.EPHEMERAL);
+    let fired;
+    const event = new Promise((resolve) => (fired = resolve));
+    await sb.exists(node, () => fired(performance.now()));
+    await sleep(2);
+    const at = performance.now();
+    void sa.delete(node);
+    times.push(Math.round(((await event) - at) * 1000) / 1000);
+  }
+  return { times };
+}
+
 /** Holds the lock for `ms` (a timer), or for one event-loop turn when 0. */
 function hold(ms) {
   return ms > 0 ? sleep(ms) : immediate();
@@ -624,6 +647,7 @@ async function churn({ seconds, base, workers = 8, sampleEverySeconds = 5 }) {
 const handlers = {
   run: timedRun,
   queue: queueRun,
+  notifyFloor,
   closePool: async () => (await closePool(), {}),
   semaphore: semaphoreRun,
   rw: rwRun,
