@@ -14,9 +14,6 @@ export interface Cancel {
  */
 export class Cancellation {
   current: Cancel | undefined;
-  /** Resolves with the first reason to give up. */
-  readonly settled: Promise<Cancel>;
-  private resolve!: (cancel: Cancel) => void;
   private readonly stopListening: () => void;
 
   constructor(
@@ -25,7 +22,6 @@ export class Cancellation {
     /** Called once, synchronously, when it settles (also from within the constructor). */
     private readonly onSettle: (cancel: Cancel) => void = () => undefined,
   ) {
-    this.settled = new Promise<Cancel>((resolve) => (this.resolve = resolve));
     const { waitMs, signal } = options;
     const timer = waitMs !== undefined && waitMs > 0 ? setTimeout(() => this.settle({ reason: 'timeout' }), waitMs) : undefined;
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
@@ -43,7 +39,6 @@ export class Cancellation {
     if (this.current) return;
     this.current = cancel;
     this.onSettle(cancel);
-    this.resolve(cancel);
   }
 
   dispose(): void {

@@ -92,6 +92,8 @@ export async function acquireInQueue(
 
 class QueueWaiter {
   private readonly cancellation: Cancellation;
+  /** Pending untilCancelled calls, rejected when the cancellation settles. */
+  private readonly cancelHooks = new Set<() => void>();
   private wake: (() => void) | undefined;
   private readonly tryOnce: boolean;
   /** Non-fair: keep no place in the queue while waiting; race for the lock when the head goes. */
@@ -108,7 +110,10 @@ class QueueWaiter {
     this.tryOnce = options.waitMs === 0;
     this.pinned = options.session;
     this.barge = options.fair === false;
-    this.cancellation = new Cancellation(engine, options, () => this.wake?.());
+    this.cancellation = new Cancellation(engine, options, () => {
+      this.wake?.();
+      for (const cancel of [...this.cancelHooks]) cancel();
+    });
     options.onCancellable?.(() => this.cancellation.settle({ reason: 'aborted' }));
   }
 
@@ -326,13 +331,17 @@ class QueueWaiter {
     };
     connection.on('state', onState);
     this.wake = resolveWake;
+    const listener = (e: { type: WatchEventType }) => onEvent(e.type);
+    let watched: string | undefined;
     try {
       let fresh: Listing | undefined;
       try {
         if ('watch' in verdict) {
-          await this.untilCancelled(session.getData(joinPath(this.spec.parentPath, verdict.watch), (e) => onEvent(e.type)));
+          watched = joinPath(this.spec.parentPath, verdict.watch);
+          await this.untilCancelled(session.getData(watched, listener));
         } else {
-          const { children, stat } = await this.untilCancelled(session.getChildren(this.spec.parentPath, (e) => onEvent(e.type)));
+          watched = this.spec.parentPath;
+          const { children, stat } = await this.untilCancelled(session.getChildren(watched, listener));
           fresh = { children, parentCzxid: stat.czxid };
         }
       } catch (error) {
@@ -360,21 +369,33 @@ class QueueWaiter {
     } finally {
       connection.off('state', onState);
       this.wake = undefined;
+      // A waiter that stops waiting must not stay reachable from the session until the node changes.
+      if (watched !== undefined) session.unwatch(watched, listener);
     }
   }
 
-  /** Races `work` against cancellation; on cancellation throws CANCELLED (work goes on unobserved). */
-  private async untilCancelled<T>(work: Promise<T>): Promise<T> {
+  /**
+   * Races `work` against cancellation; on cancellation rejects with CANCELLED (work goes on
+   * unobserved). Not Promise.race on a promise that settles on cancellation: that leaves one
+   * reaction per call on a promise that lives as long as the acquire, each keeping its result alive.
+   */
+  private untilCancelled<T>(work: Promise<T>): Promise<T> {
     if (this.cancellation.current) {
       work.catch(() => undefined);
-      throw CANCELLED;
+      return Promise.reject(CANCELLED);
     }
-    const result = await Promise.race([work, this.cancellation.settled.then(() => CANCELLED)]);
-    if (result === CANCELLED) {
-      work.catch(() => undefined);
-      throw CANCELLED;
-    }
-    return result as T;
+    return new Promise<T>((resolve, reject) => {
+      const cancel = () => {
+        this.cancelHooks.delete(cancel);
+        work.catch(() => undefined);
+        reject(CANCELLED);
+      };
+      this.cancelHooks.add(cancel);
+      work.then(
+        (value) => (this.cancelHooks.delete(cancel), resolve(value)),
+        (error: unknown) => (this.cancelHooks.delete(cancel), reject(error)),
+      );
+    });
   }
 }
 

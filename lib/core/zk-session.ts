@@ -25,11 +25,8 @@ interface NativeZooKeeper extends NativeOps {
 interface NativeOps {
   a_create(path: string, data: Buffer, flags: number, cb: (rc: number, err: string, path: string) => void): number;
   a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
-  aw_get_children2(path: string, watcher: RawWatcher, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
   a_get(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat, data: Buffer | null) => void): number;
-  aw_get(path: string, watcher: RawWatcher, cb: (rc: number, err: string, stat: RawStat, data: Buffer | null) => void): number;
   a_exists(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat) => void): number;
-  aw_exists(path: string, watcher: RawWatcher, cb: (rc: number, err: string, stat: RawStat) => void): number;
   a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: RawStat) => void): number;
   a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
   a_sync(path: string, cb: (rc: number, err: string) => void): number;
@@ -37,7 +34,6 @@ interface NativeOps {
   a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: RawStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
 }
-type RawWatcher = (type: number, state: number, path: string) => void;
 interface RawStat {
   czxid: number;
   mzxid: number;
@@ -93,15 +89,6 @@ export type WatchListener = (event: { type: WatchEventType; path: string }) => v
 
 const NATIVE_CONNECTED_STATE = 3;
 
-const WATCH_EVENT_TYPES: Record<number, WatchEventType> = {
-  1: 'created',
-  2: 'deleted',
-  3: 'changed',
-  4: 'child',
-  [-1]: 'session',
-  [-2]: 'not-watching',
-};
-
 export interface SessionEvents {
   onConnected(): void;
   onConnecting(): void;
@@ -132,12 +119,14 @@ export class ZkSession {
    */
   lastHeardAt = performance.now();
   /**
-   * The addon keeps every watcher function it is given alive for good, so each session passes one
-   * shared function and keeps the listeners itself, by kind and path, dropping them once fired.
+   * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
+   * the binding emits as 'created' / 'deleted' / 'changed' / 'child' with the path. (The aw_*
+   * methods allocate a persistent handle per call that is never freed, and through the function
+   * they pin this session and its listeners for good.) The listeners are kept here, by kind and
+   * path, and dropped once fired, once the reply shows no watch was set, or on `unwatch`.
    */
   private readonly dataWatches = new Map<string, WatchListener[]>();
   private readonly childWatches = new Map<string, WatchListener[]>();
-  private readonly rawWatcher: RawWatcher = (type, _state, path) => this.dispatchWatch(WATCH_EVENT_TYPES[type] ?? 'session', path);
 
   constructor(init: SessionInit, events: SessionEvents) {
     const config: Record<string, unknown> = {
@@ -160,6 +149,9 @@ export class ZkSession {
       events.onConnected();
     });
     this.native.on('connecting', () => events.onConnecting());
+    for (const type of ['created', 'deleted', 'changed', 'child'] as const) {
+      this.native.on(type, (_self: unknown, path: string) => this.dispatchWatch(type, path));
+    }
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
       events.onClosed(typeof code === 'number' ? code : 0);
@@ -199,6 +191,8 @@ export class ZkSession {
     this.closed = true;
     this.native.close();
     this.native.removeAllListeners();
+    this.dataWatches.clear();
+    this.childWatches.clear();
   }
 
   create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
@@ -208,26 +202,28 @@ export class ZkSession {
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
-    return this.call('getChildren', path, (done) => {
-      const cb = (rc: number, _e: string, children: string[], stat: RawStat) => done(rc, { children, stat });
-      return watch ? this.ops.aw_get_children2(path, this.armWatch(this.childWatches, path, watch), cb) : this.ops.a_get_children2(path, false, cb);
-    });
+    return this.call('getChildren', path, (done) =>
+      this.watched(this.childWatches, path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
+        this.ops.a_get_children2(path, w, (rc, _e, children, stat) => (registered(rc), done(rc, { children, stat }))),
+      ),
+    );
   }
 
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
-    return this.call('getData', path, (done) => {
-      const cb = (rc: number, _e: string, stat: RawStat, data: Buffer | null) =>
-        done(rc, { data: data ?? Buffer.alloc(0), stat });
-      return watch ? this.ops.aw_get(path, this.armWatch(this.dataWatches, path, watch), cb) : this.ops.a_get(path, false, cb);
-    });
+    return this.call('getData', path, (done) =>
+      this.watched(this.dataWatches, path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
+        this.ops.a_get(path, w, (rc, _e, stat, data) => (registered(rc), done(rc, { data: data ?? Buffer.alloc(0), stat }))),
+      ),
+    );
   }
 
   /** Resolves null when the node does not exist (the watch then fires on its creation). */
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
-    return this.call<ZkStat | null>('exists', path, (done) => {
-      const cb = (rc: number, _e: string, stat: RawStat) => (rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat));
-      return watch ? this.ops.aw_exists(path, this.armWatch(this.dataWatches, path, watch), cb) : this.ops.a_exists(path, false, cb);
-    });
+    return this.call<ZkStat | null>('exists', path, (done) =>
+      this.watched(this.dataWatches, path, watch, (rc) => rc === ZkCode.OK || rc === ZkCode.NONODE, (w, registered) =>
+        this.ops.a_exists(path, w, (rc, _e, stat) => (registered(rc), rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat))),
+      ),
+    );
   }
 
   setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
@@ -259,11 +255,33 @@ export class ZkSession {
     return this.call('addAuth', scheme, (done) => this.ops.add_auth(scheme, credentials, (rc) => done(rc, undefined)));
   }
 
-  private armWatch(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): RawWatcher {
+  /** Forgets `listener` (its waiter stopped waiting); a watch left armed on the server fires to nobody. */
+  unwatch(path: string, listener: WatchListener): void {
+    disarm(this.dataWatches, path, listener);
+    disarm(this.childWatches, path, listener);
+  }
+
+  /**
+   * Sends a request that sets a watch when `listener` is given, and keeps the listener only while
+   * the C client holds the watch: `registers(rc)` mirrors its *_result_checker (getData or
+   * getChildren on a missing node set no watch, so nothing would ever fire for that listener).
+   */
+  private watched(
+    map: Map<string, WatchListener[]>,
+    path: string,
+    listener: WatchListener | undefined,
+    registers: (rc: number) => boolean,
+    send: (watch: boolean, registered: (rc: number) => void) => number,
+  ): number {
+    if (!listener) return send(false, () => undefined);
     const listeners = map.get(path);
     if (listeners) listeners.push(listener);
     else map.set(path, [listener]);
-    return this.rawWatcher;
+    const sent = send(true, (rc) => {
+      if (!registers(rc)) disarm(map, path, listener);
+    });
+    if (sent !== ZkCode.OK) disarm(map, path, listener);
+    return sent;
   }
 
   /**
@@ -300,6 +318,14 @@ export class ZkSession {
       if (rc !== ZkCode.OK) reject(new ZkError(rc, operation, path));
     });
   }
+}
+
+function disarm(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
+  const listeners = map.get(path);
+  if (!listeners) return;
+  const index = listeners.lastIndexOf(listener);
+  if (index >= 0) listeners.splice(index, 1);
+  if (listeners.length === 0) map.delete(path);
 }
 
 /** Fires once: the listeners a ZooKeeper event consumes (ZooKeeper drops the watch the same way). */
