@@ -509,7 +509,8 @@ async function scaleLocks({ count, base }) {
 
 /** `count` acquirers on one lock: one holds while the rest queue; then the queue drains. */
 async function scaleWaiters({ count, path }) {
-  const mutex = new Mutex(engine, path, path);
+  // One ZooKeeper node per waiter (a queue of `count` nodes), not one per process.
+  const mutex = new Mutex(engine, path, path, { coalesce: false });
   const counter = openCounter('mem');
   await settle();
   const m0 = memory();
