@@ -48,15 +48,20 @@ export class Cancellation {
   /** The error an acquire of `lockName` rejects with once settled. */
   notAcquired(lockName: string, tryOnce: boolean): LockNotAcquiredError {
     const { reason, error } = this.current ?? { reason: 'timeout' };
-    const name = JSON.stringify(lockName);
-    const detail =
-      reason === 'timeout'
-        ? tryOnce
-          ? `Lock ${name} is held by another owner`
-          : `Timed out waiting for lock ${name}`
-        : reason === 'aborted'
-          ? `Acquiring lock ${name} was aborted`
-          : `Lock ${name} was not acquired: the connection was closed`;
-    return new LockNotAcquiredError(lockName, reason, detail, error === undefined ? undefined : { cause: error });
+    return notAcquiredError(lockName, reason, tryOnce, error);
   }
+}
+
+/** The error of an acquire that gave up, with the same text wherever it is made. */
+export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {
+  const name = JSON.stringify(lockName);
+  const detail =
+    reason === 'timeout'
+      ? tryOnce
+        ? `Lock ${name} is held by another owner`
+        : `Timed out waiting for lock ${name}`
+      : reason === 'aborted'
+        ? `Acquiring lock ${name} was aborted`
+        : `Lock ${name} was not acquired: the connection was closed`;
+  return new LockNotAcquiredError(lockName, reason, detail, cause === undefined ? undefined : { cause });
 }

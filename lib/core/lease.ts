@@ -154,11 +154,6 @@ export class NodeLease extends HeldLease implements SessionBound {
     return this.entry.fencingToken;
   }
 
-  /** How many nodes the acquiring listing saw (1: nobody else was queued). */
-  get listed(): number {
-    return this.entry.listed;
-  }
-
   /**
    * Watches our node, so that its deletion by someone else ends the lease; resolves true once
    * the watch is set on the existing node.

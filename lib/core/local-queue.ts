@@ -1,4 +1,4 @@
-import { Cancellation } from './cancellation.js';
+import { Cancellation, notAcquiredError } from './cancellation.js';
 import { LockChannels, publish } from './diagnostics.js';
 import { LockNotAcquiredError, type LockLostReason } from './errors.js';
 import { HeldLease, NodeLease, type Lease, type LeaseOptions } from './lease.js';
@@ -62,7 +62,7 @@ export class LocalQueue {
   acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
     const busy = this.holder !== undefined || this.acquiring !== undefined || this.waiters.length > 0;
-    if (tryOnce && busy) return Promise.reject(takenError(name));
+    if (tryOnce && busy) return Promise.reject(notAcquiredError(name, 'timeout', true));
     return new Promise<Lease>((resolve, reject) => {
       const waiter = { name, tryOnce, leaseOptions, resolve, reject } as LocalWaiter;
       waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
@@ -132,7 +132,7 @@ export class LocalQueue {
             if (taken && !waiter.tryOnce) continue;
             this.waiters.splice(this.waiters.indexOf(waiter), 1);
             waiter.cancellation.dispose();
-            waiter.reject(taken ? takenError(waiter.name) : error);
+            waiter.reject(taken ? notAcquiredError(waiter.name, 'timeout', true) : error);
           }
         }
         this.pump();
@@ -237,23 +237,15 @@ export class LocalQueue {
     if (this.node !== node) return;
     this.node = undefined;
     const holder = this.holder;
-    if (holder && reason !== 'released') {
+    if (reason === 'released') {
+      void holder?.release(); // shutdown released the node: so is the holder's lease
+    } else if (holder) {
       this.holder = undefined;
       holder.lose(reason);
     }
-    if (holder && reason === 'released') void holder.release();
     // Callers still waiting queue a new node (in the next session if this one is gone).
     this.pump();
   }
-
-  /** Arms the node's own loss detection (a watch on it) for a holder that looks at its signal. */
-  armSignal(node: NodeLease): Promise<boolean> {
-    return node.watchNode();
-  }
-}
-
-function takenError(name: string): LockNotAcquiredError {
-  return new LockNotAcquiredError(name, 'timeout', `Lock ${JSON.stringify(name)} is held by another owner`);
 }
 
 /** A local holder's lease over the shared node. */
@@ -273,8 +265,9 @@ export class LocalLease extends HeldLease {
     this.path = node.path;
   }
 
+  /** The shared node's own watch tells of its deletion (the queue then ends this lease). */
   protected armSignal(): Promise<boolean> {
-    return this.queue.armSignal(this.node);
+    return this.node.watchNode();
   }
 
   protected free(): Promise<void> {

@@ -19,6 +19,7 @@ import type { LockEngine } from '../core/lock-engine.js';
 import type { ConnectionState, ZkConnection } from '../core/zk-connection.js';
 import { validateEngineOptions } from '../core/lock-engine.js';
 import type { AcquireOptions } from '../core/lock-queue.js';
+import { notAcquiredError } from '../core/cancellation.js';
 import { LockRecipe } from '../core/lock-recipe.js';
 import { LeaseGroup, releaseAll } from '../core/multi-lease.js';
 import type { Mutex, MutexOptions } from '../core/mutex.js';
@@ -392,19 +393,6 @@ function token(generation: number, seq: number): bigint {
   return (BigInt(generation) << 32n) | BigInt(seq);
 }
 
-/** The error texts of the real queue. */
-function notAcquired(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {
-  const detail =
-    reason === 'timeout'
-      ? tryOnce
-        ? `Lock ${JSON.stringify(lockName)} is held by another owner`
-        : `Timed out waiting for lock ${JSON.stringify(lockName)}`
-      : reason === 'aborted'
-        ? `Acquiring lock ${JSON.stringify(lockName)} was aborted`
-        : `Lock ${JSON.stringify(lockName)} was not acquired: the connection was closed`;
-  return new LockNotAcquiredError(lockName, reason, detail, cause === undefined ? undefined : { cause });
-}
-
 /**
  * Waits until `isGranted()` (woken through `setWake`), for at most `waitMs` (0: not at all),
  * until `signal` aborts or the fake shuts down; on giving up calls `withdraw` and rejects.
@@ -422,7 +410,7 @@ function waitTurn(
   const tryOnce = options.waitMs === 0;
   if (tryOnce) {
     withdraw();
-    return Promise.reject(notAcquired(lockName, 'timeout', true));
+    return Promise.reject(notAcquiredError(lockName, 'timeout', true));
   }
   publish(LockChannels.contended, () => ({ name: lockName, path }));
   return new Promise<void>((resolve, reject) => {
@@ -431,7 +419,7 @@ function waitTurn(
       cancel: (reason: NotAcquiredReason, cause?: unknown) => {
         finish();
         withdraw();
-        reject(notAcquired(lockName, reason, false, cause));
+        reject(notAcquiredError(lockName, reason, false, cause));
       },
     };
     const onAbort = () => waiter.cancel('aborted', options.signal?.reason);
@@ -522,7 +510,7 @@ abstract class FakeQueueRecipe extends LockRecipe {
   protected async enqueue(mode: QueueMode, options: AcquireOptions, ownWriter?: Entry): Promise<Lease> {
     this.service.assertOpen(this.name);
     const signal = options.signal;
-    if (signal?.aborted) throw notAcquired(this.name, 'aborted', false, signal.reason);
+    if (signal?.aborted) throw notAcquiredError(this.name, 'aborted', false, signal.reason);
     const store = this.service.store;
     const queue = store.queue(this.path);
     const seq = ownWriter ? ownWriter.seq : queue.newSeq();
@@ -650,7 +638,7 @@ class FakeSemaphore extends LockRecipe {
 
   private async acquireOne(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
     this.service.assertOpen(this.name);
-    if (options.signal?.aborted) throw notAcquired(this.name, 'aborted', false, options.signal.reason);
+    if (options.signal?.aborted) throw notAcquiredError(this.name, 'aborted', false, options.signal.reason);
     const store = this.service.store;
     const state = store.semaphore(this.path);
     const request: LeaseRequest = { owner: this.service, permits: this.permits, createdAt: new Date() };
