@@ -147,6 +147,12 @@ export class NodeLease extends HeldLease implements SessionBound {
   get session() {
     return this.entry.session;
   }
+
+  /** Also checks the session's deadline on the clock (the timer may not have run yet after a stall). */
+  override get isHeld(): boolean {
+    if (super.isHeld && this.engine.connection.session === this.entry.session) this.engine.connection.checkDeadline();
+    return super.isHeld;
+  }
   get path(): string {
     return this.entry.path;
   }

@@ -265,6 +265,11 @@ export class LocalLease extends HeldLease {
     this.path = node.path;
   }
 
+  /** Asking the node checks its session's deadline (ending this lease through the queue if past). */
+  override get isHeld(): boolean {
+    return super.isHeld && this.node.isHeld && super.isHeld;
+  }
+
   /** The shared node's own watch tells of its deletion (the queue then ends this lease). */
   protected armSignal(): Promise<boolean> {
     return this.node.watchNode();

@@ -30,16 +30,11 @@ const AUTH_FAILED_STATE = -113;
 const WATCHDOG_INTERVAL_MS = 250;
 
 /**
- * How long after a disconnection is noticed the session counts as lost: before the server can
- * have expired it. The server expires a session one timeout (T) after it last heard from the
- * client, and it heard from us at least when it last answered (`lastHeardAt`). The C client
- * notices a silent connection only after 2/3 T without a packet, so the last packet may be that
- * old: at most T/3 remain from the moment it is noticed. The margin covers the watchdog's lag.
+ * How long before the server may expire the session we count it as lost: room for timers firing
+ * late on a busy event loop. A tenth of the session timeout, at least 250 ms.
  */
-export function lostDelayMs(session: Pick<ZkSession, 'timeoutMs' | 'lastHeardAt'>, now = performance.now()): number {
-  const timeout = session.timeoutMs;
-  const margin = WATCHDOG_INTERVAL_MS + 50;
-  return Math.max(0, Math.max(timeout / 3, session.lastHeardAt + timeout - now) - margin);
+export function lossMarginMs(sessionTimeoutMs: number): number {
+  return Math.max(250, sessionTimeoutMs / 10);
 }
 const EXPIRED_SESSION_STATE = -112;
 
@@ -52,7 +47,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   readonly options: ResolvedConnectionOptions;
   private current: ZkSession | undefined;
   private currentState: ConnectionState = 'connecting';
-  private lostTimer: NodeJS.Timeout | undefined;
+  /** Fires at the current session's deadline (less the margin) unless a fresher answer moved it. */
+  private deadlineTimer: NodeJS.Timeout | undefined;
   private generation = 0;
   private firstConnect: Promise<void> | undefined;
 
@@ -81,6 +77,30 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     return this.current?.timeoutMs ?? this.options.sessionTimeoutMs;
   }
 
+  /**
+   * The earliest moment (performance.now()) the server may expire the current session: one
+   * timeout after the send time of the newest request it answered. The session counts as lost a
+   * margin before it (`lossMarginMs`), connected or not, unless a fresher answer moves it.
+   */
+  get sessionDeadline(): number {
+    const session = this.current;
+    return session ? session.lastAnsweredSentAt + session.timeoutMs : -Infinity;
+  }
+
+  /**
+   * Declares the session lost now if its deadline (less the margin) has passed: a synchronous
+   * check for code that resumes after the event loop was blocked, before the deadline timer ran.
+   * Returns false when the session is lost (or there is none).
+   */
+  checkDeadline(): boolean {
+    const session = this.current;
+    if (!session || this.currentState === 'closed' || this.currentState === 'connecting' || this.currentState === 'lost') return false;
+    if (!this.connectedSessions.has(session)) return false;
+    if (performance.now() < this.sessionDeadline - lossMarginMs(session.timeoutMs)) return true;
+    this.sessionLost(session, 'session-timeout');
+    return false;
+  }
+
   /** `host:port[,...]` plus the chroot, for messages (never includes credentials). */
   get description(): string {
     return this.options.connectString + (this.options.chroot ?? '');
@@ -98,7 +118,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     return this.firstConnect;
   }
   private watchdog: NodeJS.Timeout | undefined;
-  private heartbeat: Promise<void> | undefined;
+  /** Sessions with a heartbeat in flight. */
+  private readonly heartbeats = new WeakSet<ZkSession>();
 
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
@@ -225,23 +246,35 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       return;
     }
     if (!isCurrent()) return;
-    this.clearLostTimer();
+    this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);
   }
 
+  /** (Re)arms the deadline timer of `session`; when it fires with no fresher answer, the session is lost. */
+  private armDeadline(session: ZkSession): void {
+    clearTimeout(this.deadlineTimer);
+    const due = this.sessionDeadline - lossMarginMs(session.timeoutMs) - performance.now();
+    this.deadlineTimer = setTimeout(() => {
+      if (session !== this.current || this.currentState === 'closed') return;
+      if (this.checkDeadline()) this.armDeadline(session);
+    }, Math.max(0, due));
+    this.deadlineTimer.unref();
+  }
+
+  /** Disconnected: the session lives on until its deadline (the deadline timer keeps running). */
   private suspend(session: ZkSession): void {
     if (session !== this.current || this.currentState !== 'connected') return;
     this.setState('suspended');
     this.emit('suspended');
-    this.lostTimer = setTimeout(() => this.sessionLost(session, 'session-timeout'), lostDelayMs(session));
   }
 
   private resume(session: ZkSession): void {
     if (session !== this.current || this.currentState !== 'suspended') return;
-    this.clearLostTimer();
+    if (!this.checkDeadline()) return; // reconnected too late: the server may have expired it
     this.setState('connected');
     this.emit('reconnected', session.id);
+    this.sendHeartbeat(session); // a reconnect proves nothing about the deadline; an answer does
   }
 
   /**
@@ -251,22 +284,24 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private checkNativeState(): void {
     const session = this.current;
     if (!session || !this.connectedSessions.has(session)) return;
-    // Keep `lastHeardAt` fresh (the C client's pings are invisible to us), so that a disconnection
-    // is not taken for a loss sooner than it needs to be.
-    if (this.currentState === 'connected' && performance.now() - session.lastHeardAt > session.timeoutMs / 3 && !this.heartbeat) {
-      this.heartbeat = session.exists('/').then(
-        () => undefined,
-        () => undefined,
-      );
-      void this.heartbeat.finally(() => (this.heartbeat = undefined));
-    }
+    // Keep the deadline fresh (the C client's pings are invisible to us): a request whenever the
+    // newest answered one was sent a quarter of the timeout ago, so that an answer has the rest.
+    if (this.currentState === 'connected' && performance.now() - session.lastAnsweredSentAt > session.timeoutMs / 4) this.sendHeartbeat(session);
     if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
     else if (this.currentState === 'suspended' && session.isConnectedNatively) this.resume(session);
   }
 
+  /** One small request at a time; its answer moves the deadline. */
+  private sendHeartbeat(session: ZkSession): void {
+    if (this.heartbeats.has(session)) return;
+    this.heartbeats.add(session);
+    const done = () => void this.heartbeats.delete(session);
+    session.exists('/').then(done, done);
+  }
+
   private sessionLost(session: ZkSession, reason: SessionLostReason): void {
     if (session !== this.current || this.currentState === 'closed') return;
-    this.clearLostTimer();
+    clearTimeout(this.deadlineTimer);
     const sessionId = session.id;
     session.close();
     if (!this.connectedSessions.has(session)) {
@@ -287,13 +322,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.emit('state', state, previous);
   }
 
-  private clearLostTimer(): void {
-    clearTimeout(this.lostTimer);
-    this.lostTimer = undefined;
-  }
-
   private clearTimers(): void {
-    this.clearLostTimer();
+    clearTimeout(this.deadlineTimer);
     clearInterval(this.watchdog);
   }
 }

@@ -114,10 +114,15 @@ export class ZkSession {
   private readonly ops: NativeOps;
   private closed = false;
   /**
-   * When the server was last heard from (performance.now()): a reply or a watch event. Pings are
-   * invisible here, so it is a lower bound; the connection sends a request when it grows old.
+   * A lower bound (performance.now()) of when the server last heard from us: the send time of the
+   * newest request it answered. The server expires the session one timeout after it last heard
+   * from us, so this, not the last packet received, bounds how long the session can live: watch
+   * events and late replies arrive without the server having heard anything. Pings are invisible
+   * here; the connection sends requests to keep it fresh. Before the first connect it is the
+   * connect time (see the 'connect' handler).
    */
-  lastHeardAt = performance.now();
+  lastAnsweredSentAt = performance.now();
+  private everConnected = false;
   /**
    * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
    * the binding emits as 'created' / 'deleted' / 'changed' / 'child' with the path. (The aw_*
@@ -145,7 +150,11 @@ export class ZkSession {
     this.native = new NativeZooKeeper(config);
     this.ops = this.native.native ?? this.native;
     this.native.on('connect', () => {
-      this.lastHeardAt = performance.now();
+      // A new session holds nothing until a request sent after this moment is answered, so its
+      // deadline may start here. A reconnect of the same session proves nothing about when the
+      // server last heard from us: the connection's next request tells.
+      if (!this.everConnected) this.lastAnsweredSentAt = performance.now();
+      this.everConnected = true;
       events.onConnected();
     });
     this.native.on('connecting', () => events.onConnecting());
@@ -289,7 +298,6 @@ export class ZkSession {
    * listeners, the rest find none. Session events are not passed on (connection state covers them).
    */
   private dispatchWatch(type: WatchEventType, path: string): void {
-    if (type !== 'session') this.lastHeardAt = performance.now();
     let listeners: WatchListener[];
     if (type === 'child') listeners = take(this.childWatches, path);
     else if (type === 'deleted') listeners = [...take(this.dataWatches, path), ...take(this.childWatches, path)];
@@ -304,15 +312,14 @@ export class ZkSession {
         reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
         return;
       }
+      // Sent no sooner than now (the C client may queue it): a safe lower bound.
+      const sentAt = performance.now();
       const rc = send((code, value) => {
-        if (code === ZkCode.OK) {
-          this.lastHeardAt = performance.now();
-          resolve(value);
-          return;
-        }
-        // API errors (-100 and below) are answers from the server, except the client's own SESSIONEXPIRED.
-        if (code <= -100 && code !== ZkCode.SESSIONEXPIRED) this.lastHeardAt = performance.now();
-        reject(new ZkError(code, operation, path));
+        // OK and API errors (-100 and below) are answers from the server, except the client's own SESSIONEXPIRED.
+        const answered = code === ZkCode.OK || (code <= -100 && code !== ZkCode.SESSIONEXPIRED);
+        if (answered && sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = sentAt;
+        if (code === ZkCode.OK) resolve(value);
+        else reject(new ZkError(code, operation, path));
       });
       // A non-zero return means the request was never queued, and its callback will never run.
       if (rc !== ZkCode.OK) reject(new ZkError(rc, operation, path));

@@ -1,0 +1,76 @@
+// The fault paths of the safety review (issue #13): each test reproduces one way the promise
+// "while lease.signal has not aborted, nobody else holds the lock" was broken, or one way an
+// acquire or release hung, starved or leaked. Real ZooKeeper; one client behind a TcpProxy.
+import { Mutex } from '../../lib/core/mutex.js';
+import type { Lease } from '../../lib/core/lease.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
+import { untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
+
+afterEach(closeAll);
+afterAll(closeAll);
+
+let proxy: TcpProxy;
+beforeEach(async () => {
+  proxy = await TcpProxy.start(zkConnectString());
+});
+afterEach(async () => {
+  await proxy.close();
+});
+
+function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return resolve(signal.reason);
+    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
+    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
+  });
+}
+
+describe('mutual exclusion under faults', () => {
+  it('a holder made by the "predecessor was head" shortcut and silenced right after that event loses its signal before the server can expire its session', async () => {
+    // The deletion event reaches V without the server hearing from V; V's last packet is older.
+    // The server expires V's session one timeout after it last heard from V, not after the event.
+    const timeoutMs = 3000;
+    const path = uniquePath('shortcut-silent');
+    const observer = await connect();
+    const first = await new Mutex(await engine(), 'ss', path).acquire();
+    const v = await engine({ connectString: proxy.connectString, sessionTimeoutMs: timeoutMs });
+    const vWaiting = new Mutex(v, 'ss', path).acquire({ waitMs: 30_000 });
+    vWaiting.catch(() => undefined);
+    await untilChildCount(observer, path, 2);
+    await untilWatching(first.path, v.connection.sessionId!);
+    let wAcquiredAt = Infinity;
+    const wWaiting = new Mutex(await engine(), 'ss', path).acquire({ waitMs: 60_000 }).then((lease) => ((wAcquiredAt = Date.now()), lease));
+    wWaiting.catch(() => undefined);
+    await untilChildCount(observer, path, 3);
+
+    // Release when V has sent nothing for a while (it pings only after a third of its timeout).
+    await eventually(() => Date.now() - proxy.lastClientPacketAt >= 600, 20_000, 5);
+    const silenced = proxy.blackholeAfterNotification();
+    await first.release();
+    await silenced;
+    const lease: Lease = await vWaiting; // held through the shortcut, with nothing sent
+    const serverLastHeardAt = proxy.lastClientPacketAt;
+    const reason = await whenAborted(lease.signal, 20_000);
+    const abortedAt = Date.now();
+    expect(reason).toMatchObject({ reason: 'session-timeout' });
+    // The server may expire the session from serverLastHeardAt + timeout on.
+    expect(abortedAt - serverLastHeardAt).toBeLessThanOrEqual(timeoutMs);
+    const next = await wWaiting;
+    expect(wAcquiredAt).toBeGreaterThanOrEqual(abortedAt);
+    await next.release();
+  }, 60_000);
+
+  it('after the event loop was blocked past the deadline, lease.isHeld answers false at once, before any timer ran', async () => {
+    const timeoutMs = 2000;
+    const h = await engine({ sessionTimeoutMs: timeoutMs });
+    const lease = await new Mutex(h, 'stall', uniquePath('stall')).acquire();
+    const signal = lease.signal;
+    expect(lease.isHeld).toBe(true);
+    const until = performance.now() + timeoutMs + 200;
+    while (performance.now() < until); // a stall: no timer, no I/O callback runs
+    const heldAfterStall = lease.isHeld;
+    expect({ heldAfterStall, aborted: signal.aborted }).toEqual({ heldAfterStall: false, aborted: true });
+    expect(signal.reason).toMatchObject({ reason: 'session-timeout' });
+  });
+});
