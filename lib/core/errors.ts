@@ -75,7 +75,9 @@ export type LockLostReason =
   /** The lease's maximum hold time (`leaseMs`) elapsed and the lease released itself. */
   | 'lease-expired'
   /** The connection was closed while the lock was held. */
-  | 'connection-closed';
+  | 'connection-closed'
+  /** The application shut down and the holder had not released within `shutdownGraceMs`. */
+  | 'shutdown';
 
 /** The reason a lease's `signal` aborts with. */
 export class LockLostError extends ZkLockError {

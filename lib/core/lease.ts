@@ -186,6 +186,11 @@ export class NodeLease extends HeldLease implements SessionBound {
     this.lose(reason);
   }
 
+  loseAndFree(reason: 'shutdown'): Promise<void> {
+    this.lose(reason);
+    return this.free();
+  }
+
   protected override end(reason: LockLostReason | 'released'): void {
     this.untrack();
     super.end(reason);

@@ -232,16 +232,15 @@ export class LocalQueue {
     });
   }
 
-  /** The node ended other than by our release: lost (session, deleted) or released by shutdown. */
+  /** The node ended other than by our release: lost (session, deleted, shutdown). */
   private nodeEnded(node: NodeLease, reason: LockLostReason | 'released'): void {
     if (this.node !== node) return;
     this.node = undefined;
     const holder = this.holder;
-    if (reason === 'released') {
-      void holder?.release(); // shutdown released the node: so is the holder's lease
-    } else if (holder) {
+    if (holder) {
+      // The node is released only between holders; were it released under one, that one lost it.
       this.holder = undefined;
-      holder.lose(reason);
+      holder.lose(reason === 'released' ? 'connection-closed' : reason);
     }
     // Callers still waiting queue a new node (in the next session if this one is gone).
     this.pump();

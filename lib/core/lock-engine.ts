@@ -24,11 +24,17 @@ export interface LockEngineOptions extends HolderIdentity {
   coalesce?: boolean;
   /** Default of every mutex's `maxLocalHandoffs`. Default 16. See `MutexOptions`. */
   maxLocalHandoffs?: number;
+  /**
+   * On shutdown, how long holders may go on before their signals abort (reason `shutdown`) and
+   * their nodes are deleted. New acquires are refused meanwhile. Default 10 000 ms.
+   */
+  shutdownGraceMs?: number;
 }
 
 /** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
 export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;
 
+const DEFAULT_SHUTDOWN_GRACE_MS = 10_000;
 const SHUTTING_DOWN = () => new ConnectionClosedError('the lock module is shutting down');
 
 /** Everyone may read (inspect); only the creating identity (the `auth` credentials) may change. */
@@ -53,18 +59,19 @@ export function validateEngineOptions(options: LockEngineOptions): string {
   if (options.defaultWaitMs !== undefined) positiveInteger(options.defaultWaitMs, 'defaultWaitMs', 0, 0);
   if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') throw new InvalidOptionError('coalesce', 'expected true or false');
   if (options.maxLocalHandoffs !== undefined) positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', 0, 0, MAX_LOCAL_HANDOFFS);
+  if (options.shutdownGraceMs !== undefined) positiveInteger(options.shutdownGraceMs, 'shutdownGraceMs', 0, 0);
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
   return basePath;
 }
 
-/** Something that must hear when its session is gone (held leases, waiting acquirers). */
+/** A held lease: told when its session is gone, and ended when the engine shuts down. */
 export interface SessionBound {
   readonly session: ZkSession;
   onSessionGone(reason: SessionLostReason | 'connection-closed'): void;
-  /** Held leases release themselves when the engine shuts down. */
-  release?(): Promise<void>;
+  /** Ends the lease as lost (its signal aborts), then gives its node up; never rejects. */
+  loseAndFree(reason: 'shutdown'): Promise<void>;
 }
 
 /**
@@ -141,8 +148,13 @@ export class LockEngine {
 
   track(item: SessionBound): () => void {
     this.bound.add(item);
-    return () => this.bound.delete(item);
+    return () => {
+      this.bound.delete(item);
+      if (this.bound.size === 0) this.onNoneHeld?.();
+    };
   }
+  /** Set while shutdown waits for holders to finish. */
+  private onNoneHeld: (() => void) | undefined;
 
   /** Runs a clean-up in the background and remembers it until it settles. */
   background(work: Promise<unknown>): void {
@@ -165,15 +177,41 @@ export class LockEngine {
   }
   private shuttingDown = false;
 
+  private shutdownDone: Promise<void> | undefined;
   /**
-   * Refuses new acquires, releases every held lease (deleting its node) and waits for clean-ups.
-   * The connection stays open: its owner closes it afterwards.
+   * Refuses new acquires (waiting ones give up), gives holders `shutdownGraceMs` to release, then
+   * aborts the signal of every lease still held — before its node is deleted, so no holder runs
+   * on while another process takes the lock — deletes those nodes and waits for clean-ups. The
+   * connection stays open: its owner closes it afterwards. Idempotent.
    */
-  async shutdown(): Promise<void> {
+  shutdown(): Promise<void> {
+    this.shutdownDone ??= this.shutDown();
+    return this.shutdownDone;
+  }
+
+  private async shutDown(): Promise<void> {
     this.shuttingDown = true;
     this.emitStop(SHUTTING_DOWN());
-    await Promise.all([...this.bound].map((item) => item.release?.()));
+    await this.untilNoneHeld(this.identity.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS);
+    const held = [...this.bound];
+    if (held.length > 0) {
+      this.warn(`${held.length} lock(s) still held after shutdownGraceMs; their signals were aborted (reason "shutdown") and the locks released`);
+    }
+    await Promise.all(held.map((item) => item.loseAndFree('shutdown')));
     await this.drain();
+  }
+
+  private untilNoneHeld(graceMs: number): Promise<void> {
+    if (this.bound.size === 0 || graceMs === 0) return Promise.resolve();
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.onNoneHeld = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, graceMs);
+      this.onNoneHeld = done;
+    });
   }
 
   private readonly stopListeners = new Set<(error: ConnectionClosedError) => void>();

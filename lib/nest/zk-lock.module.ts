@@ -1,4 +1,4 @@
-import { Inject, Module, type BeforeApplicationShutdown, type OnApplicationShutdown } from '@nestjs/common';
+import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
 import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
@@ -17,7 +17,7 @@ import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProv
   providers: [connectionProvider, ownsConnectionProvider, engineProvider, LockService, WithLockExplorer],
   exports: [ZkConnection, LockEngine, LockService],
 })
-export class ZkLockModule extends ZkLockConfigurableModule implements BeforeApplicationShutdown, OnApplicationShutdown {
+export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicationShutdown {
   constructor(
     private readonly engine: LockEngine,
     private readonly connection: ZkConnection,
@@ -26,11 +26,13 @@ export class ZkLockModule extends ZkLockConfigurableModule implements BeforeAppl
     super();
   }
 
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.engine.shutdown();
-  }
-
+  /**
+   * After Nest closed the HTTP server (and other transports), so requests in flight finished with
+   * locks working: then held locks get `shutdownGraceMs` (e.g. running cron jobs), their signals
+   * abort, their nodes go, and the session closes.
+   */
   async onApplicationShutdown(): Promise<void> {
+    await this.engine.shutdown();
     if (this.ownsConnection) await this.connection.close();
   }
 }

@@ -45,8 +45,8 @@ export const engineProvider: Provider = {
     // With credentials, parents are locked down unless the caller chose an ACL.
     const hasAuth = 'auth' in options && options.auth !== undefined;
     const parentAcl = options.parentAcl ?? (hasAuth ? SECURE_PARENT_ACL : undefined);
-    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs } = options;
-    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs });
+    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs } = options;
+    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs });
     engine.onWarning((message) => logger.warn(message));
     return engine;
   },

@@ -1,4 +1,4 @@
-import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
+import { Controller, Injectable, Module, Param, Post, type INestApplicationContext } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { InvalidOptionError, ZkConnectError } from '../../lib/core/errors.js';
@@ -6,7 +6,10 @@ import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import type { ZkLockModuleOptions, ZkLockOptionsFactory } from '../../lib/nest/zk-lock-module-options.interface.js';
-import { childrenOf, closeAll, connect, zkConnectString } from '../support/helpers.js';
+import { LockContext } from '../../lib/core/lock-context.js';
+import { WithLock } from '../../lib/nest/with-lock.decorator.js';
+import { childrenOf, closeAll, connect, engine, zkConnectString } from '../support/helpers.js';
+import { delay } from '../support/lock-test-helpers.js';
 import { fourLetter } from '../support/zk-server.js';
 
 async function boot(imports: unknown[]): Promise<INestApplicationContext> {
@@ -94,8 +97,8 @@ describe('ZkLockModule', () => {
     expect((error as InvalidOptionError).option).toBe(option);
   });
 
-  it('on shutdown releases held locks, then closes its session', async () => {
-    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString() })]);
+  it('on shutdown ends locks still held after shutdownGraceMs (their signals abort first), then closes its session', async () => {
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString(), shutdownGraceMs: 200 })]);
     const locks = app.get(LockService);
     const sessionId = app.get(ZkConnection).sessionId!;
     const lease = await locks.mutex('e2e-shutdown').acquire();
@@ -105,6 +108,7 @@ describe('ZkLockModule', () => {
 
     await app.close();
     expect(lease.isHeld).toBe(false);
+    expect(lease.signal.reason).toMatchObject({ name: 'LockLostError', reason: 'shutdown' });
     expect(await childrenOf(observer, '/locks/e2e-shutdown')).toEqual([]);
     expect(await serverSessions()).not.toContain(`sid=0x${sessionId}`);
   });
@@ -118,7 +122,7 @@ describe('ZkLockModule', () => {
   });
 
   it('refuses acquires once shutdown began, with a typed error', async () => {
-    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString() })]);
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString(), shutdownGraceMs: 100 })]);
     const locks = app.get(LockService);
     const holder = await locks.mutex('e2e-closing').acquire();
     const waiter = locks.mutex('e2e-closing').acquire({ waitMs: 30_000 });
@@ -126,5 +130,77 @@ describe('ZkLockModule', () => {
     await expect(waiter).rejects.toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
     await closing;
     expect(holder.isHeld).toBe(false);
+  });
+
+  it('app.close() with an HTTP request inside its critical section: the request finishes holding the lock, nobody else takes it meanwhile', async () => {
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    let letGo!: () => void;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    @Controller('orders')
+    class OrdersController {
+      @Post(':id')
+      @WithLock('e2e-close-order-{0}', { waitMs: 5000 })
+      async place(@Param('id') _id: string): Promise<{ fencingToken: string }> {
+        entered();
+        await gate;
+        return { fencingToken: String(LockContext.current()!.fencingToken) };
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })],
+      controllers: [OrdersController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.listen(0, '127.0.0.1');
+    const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const other = new LockService(await engine());
+
+    const response = fetch(`${url}/orders/7`, { method: 'POST' });
+    await inside;
+    const closing = app.close();
+    await delay(300);
+    // The instance is shutting down, but its request is still in its critical section.
+    expect(await other.mutex('e2e-close-order-7').tryAcquire()).toBeNull();
+    letGo();
+    const answer = await response;
+    expect(answer.status).toBe(201);
+    await closing;
+    const next = await other.mutex('e2e-close-order-7').tryAcquire();
+    expect(next).not.toBeNull();
+    expect(next!.fencingToken).toBeGreaterThan(BigInt(((await answer.json()) as { fencingToken: string }).fencingToken));
+    await next!.release();
+  });
+
+  it('app.close() lets a request in flight take a lock after close began: lock shutdown waits for the HTTP server to close', async () => {
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    let letGo!: () => void;
+    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    @Controller('late')
+    class LateController {
+      constructor(private readonly locks: LockService) {}
+      @Post()
+      async lockLate(): Promise<string> {
+        entered();
+        await gate; // e.g. validation or a remote call before the critical section
+        return this.locks.withLock('e2e-close-late', (lease) => lease.path);
+      }
+    }
+    const moduleRef = await Test.createTestingModule({
+      imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })],
+      controllers: [LateController],
+    }).compile();
+    const app = moduleRef.createNestApplication({ logger: false });
+    await app.listen(0, '127.0.0.1');
+    const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const response = fetch(`${url}/late`, { method: 'POST' });
+    await inside;
+    const closing = app.close();
+    await delay(200);
+    letGo();
+    const answer = await response;
+    expect({ status: answer.status, body: await answer.text() }).toEqual({ status: 201, body: expect.stringMatching(/^\/locks\/e2e-close-late\/_c_/) });
+    await closing;
   });
 });

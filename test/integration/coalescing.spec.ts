@@ -725,8 +725,8 @@ describe('Mutex in-process coalescing (real ZooKeeper)', () => {
   });
 
   describe('engine shutdown', () => {
-    it('rejects local waiters with "connection", ends the local holder and deletes the node', async () => {
-      const e = await engine();
+    it('rejects local waiters with "connection", ends the local holder (signal: "shutdown") and deletes the node', async () => {
+      const e = await engine({}, { shutdownGraceMs: 100 });
       const observer = await connect();
       const path = uniquePath('co-shutdown');
       const mutex = new Mutex(e, 'cs', path);
@@ -742,6 +742,7 @@ describe('Mutex in-process coalescing (real ZooKeeper)', () => {
         expect(error.cause).toBeInstanceOf(ConnectionClosedError);
       }
       expect(holder.isHeld).toBe(false);
+      expect(holder.signal.reason).toMatchObject({ reason: 'shutdown' });
       expect(await childrenOf(observer, path)).toEqual([]);
       expect(e.localQueueCount).toBe(0);
       expect((await notAcquired(mutex.acquire())).reason).toBe('connection');

@@ -4,8 +4,8 @@
 import { Mutex } from '../../lib/core/mutex.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
-import { untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
+import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
+import { delay, nameOf, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
@@ -72,5 +72,58 @@ describe('mutual exclusion under faults', () => {
     const heldAfterStall = lease.isHeld;
     expect({ heldAfterStall, aborted: signal.aborted }).toEqual({ heldAfterStall: false, aborted: true });
     expect(signal.reason).toMatchObject({ reason: 'session-timeout' });
+  });
+});
+
+describe.each([
+  ['one node per caller', false],
+  ['coalesced (local holder)', true],
+])('shutdown with a critical section in flight (%s)', (_label, coalesce) => {
+  it('keeps the lock while the holder finishes within shutdownGraceMs, then deletes its node', async () => {
+    const observer = await connect();
+    const path = uniquePath('shutdown-grace');
+    const e = await engine({}, { shutdownGraceMs: 20_000, coalesce });
+    const lease = await new Mutex(e, 'sg', path).acquire();
+    const signal = lease.signal;
+    let otherAcquiredAt = Infinity;
+    const other = new Mutex(await engine(), 'sg', path).acquire({ waitMs: 30_000 }).then((l) => ((otherAcquiredAt = Date.now()), l));
+    other.catch(() => undefined);
+    await untilChildCount(observer, path, 2);
+
+    const shuttingDown = e.shutdown();
+    await delay(500);
+    // Still inside the critical section: nobody else may hold, and the lock is ours.
+    expect({ otherAcquiredAt, held: lease.isHeld, aborted: signal.aborted }).toEqual({ otherAcquiredAt: Infinity, held: true, aborted: false });
+    expect(await childrenOf(observer, path)).toContain(nameOf(lease));
+    const releasedAt = Date.now();
+    await lease.release();
+    await shuttingDown;
+    const next = await other;
+    expect(otherAcquiredAt).toBeGreaterThanOrEqual(releasedAt);
+    expect(signal.aborted).toBe(false); // released, not lost
+    await next.release();
+  });
+
+  it('past shutdownGraceMs aborts the holder\'s signal (reason "shutdown") before its node is deleted', async () => {
+    const observer = await connect();
+    const path = uniquePath('shutdown-abort');
+    const e = await engine({}, { shutdownGraceMs: 300, coalesce });
+    const lease = await new Mutex(e, 'sa', path).acquire();
+    let abortedAt = Infinity;
+    lease.signal.addEventListener('abort', () => (abortedAt = Date.now()));
+    let otherAcquiredAt = Infinity;
+    const other = new Mutex(await engine(), 'sa', path).acquire({ waitMs: 30_000 }).then((l) => ((otherAcquiredAt = Date.now()), l));
+    other.catch(() => undefined);
+    await untilChildCount(observer, path, 2);
+
+    await e.shutdown();
+    expect(lease.signal.reason).toMatchObject({ name: 'LockLostError', reason: 'shutdown' });
+    expect(lease.isHeld).toBe(false);
+    const next = await other;
+    expect(otherAcquiredAt).toBeGreaterThanOrEqual(abortedAt);
+    expect(await childrenOf(observer, path)).toEqual([nameOf(next)]);
+    await lease.release(); // the holder's own release afterwards is a no-op
+    expect(await childrenOf(observer, path)).toEqual([nameOf(next)]);
+    await next.release();
   });
 });

@@ -478,11 +478,11 @@ describe('acquiring during shutdown and after close', () => {
     expect(await exists(observer, path)).toBe(false);
   });
 
-  it('during engine.shutdown(): waiters are refused, held leases released, new acquires refused; nodes deleted', async () => {
+  it('during engine.shutdown(): waiters are refused, held leases ended after the grace time, new acquires refused; nodes deleted', async () => {
     const observer = await connect();
     const path = uniquePath('shutdown');
     const holder = await engine();
-    const e = await engine();
+    const e = await engine({}, { shutdownGraceMs: 100 });
     const blocker = await new Mutex(holder, 'm', `${path}/m`).acquire();
     const held = await new Mutex(e, 'h', `${path}/h`).acquire();
     const waiting = new Mutex(e, 'm', `${path}/m`).acquire();
