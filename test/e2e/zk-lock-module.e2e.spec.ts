@@ -154,7 +154,8 @@ describe('ZkLockModule', () => {
     const app = moduleRef.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
     const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
-    const other = new LockService(await engine());
+    const otherEngine = await engine();
+    const other = new LockService(otherEngine, otherEngine.connection);
 
     const response = fetch(`${url}/orders/7`, { method: 'POST' });
     await inside;
