@@ -1,3 +1,4 @@
+import { DeletionWatch } from './deletion-watch.js';
 import { LockLostError, type LockLostReason } from './errors.js';
 import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine, SessionBound } from './lock-engine.js';
@@ -160,26 +161,25 @@ export class NodeLease extends HeldLease implements SessionBound {
     return this.entry.fencingToken;
   }
 
+  private deletionWatch: DeletionWatch | undefined;
+
   /**
    * Watches our node, so that its deletion by someone else ends the lease; resolves true once
-   * the watch is set on the existing node.
+   * the watch is set on the existing node (it stays set whatever else happens to the node).
    */
   watchNode(): Promise<boolean> {
     return this.arm();
   }
 
+  /** True while the deletion watch is known to be set: a deletion would be heard of. */
+  get watchArmed(): boolean {
+    return this.deletionWatch?.armed === true;
+  }
+
   protected armSignal(): Promise<boolean> {
-    return this.entry.session
-      .exists(this.entry.path, (event) => {
-        if (event.type === 'deleted') this.lose('node-deleted');
-      })
-      .then(
-        (stat) => {
-          if (stat === null) this.lose('node-deleted');
-          return stat !== null;
-        },
-        () => false, // connection trouble: session events cover the lease, but the watch may be missing
-      );
+    const { session, path } = this.entry;
+    this.deletionWatch = new DeletionWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.sessionUsable(s));
+    return this.deletionWatch.ready;
   }
 
   onSessionGone(reason: LockLostReason): void {
@@ -193,6 +193,7 @@ export class NodeLease extends HeldLease implements SessionBound {
 
   protected override end(reason: LockLostReason | 'released'): void {
     this.untrack();
+    this.deletionWatch?.stop();
     super.end(reason);
   }
 

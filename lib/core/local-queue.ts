@@ -192,6 +192,8 @@ export class LocalQueue {
     return (
       node.isHeld &&
       this.watchesSet &&
+      node.watchArmed && // not while re-arming after another event spent it: a deletion could go unheard
+
       connection.state === 'connected' &&
       connection.session === node.session &&
       !this.engine.isShuttingDown &&

@@ -1,4 +1,5 @@
 import { Cancellation } from './cancellation.js';
+import { DeletionWatch } from './deletion-watch.js';
 import { ConnectionClosedError } from './errors.js';
 import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
@@ -133,6 +134,7 @@ class QueueWaiter {
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
     } finally {
+      this.stopOwnWatch();
       this.cancellation.dispose();
     }
   }
@@ -274,37 +276,31 @@ class QueueWaiter {
     }
   }
 
-  /**
-   * Arms the verdict's watch and waits for it, for a reconnect or for the session to go.
-   * Returns 'holds' (watched head deleted), a fresh listing (children watch), 'relist' or 'gone'.
-   */
-  /** Our node (per attempt) whose deletion we watch, and whether it is gone. */
-  private ownWatch: { path: string; gone: boolean } | undefined;
+  /** Our node (per attempt) whose deletion we watch. */
+  private ownWatch: { path: string; watch: DeletionWatch } | undefined;
 
   /**
    * Before relying on "predecessor gone, so we hold", watch our own node too (pipelined, once per
    * node): ZooKeeper delivers watch events in the order of the changes, so if someone deleted our
-   * node first we hear of it before the predecessor's deletion, and queue again instead.
+   * node first we hear of it before the predecessor's deletion, and queue again instead. That
+   * holds only while the watch is set: after a data change spent it, or a failed request, the
+   * shortcut is not taken until it is set again (a listing decides instead).
    */
   private watchOwnNode(session: ZkSession, path: string): void {
     if (this.ownWatch?.path === path) return;
-    const own = { path, gone: false };
-    this.ownWatch = own;
-    session
-      .exists(path, (event) => {
-        if (event.type === 'deleted') {
-          own.gone = true;
-          this.wake?.();
-        }
-      })
-      .then(
-        (stat) => {
-          if (stat === null) own.gone = true;
-        },
-        () => undefined, // connection trouble: the predecessor's watch fails the same way
-      );
+    this.stopOwnWatch();
+    this.ownWatch = { path, watch: new DeletionWatch(session, path, () => this.wake?.(), (s) => this.engine.sessionUsable(s)) };
   }
 
+  private stopOwnWatch(): void {
+    this.ownWatch?.watch.stop();
+    this.ownWatch = undefined;
+  }
+
+  /**
+   * Arms the verdict's watch and waits for it, for a reconnect or for the session to go.
+   * Returns 'holds' (watched head deleted), a fresh listing (children watch), 'relist' or 'gone'.
+   */
   private async waitFor(
     session: ZkSession,
     ourPath: string | undefined,
@@ -315,7 +311,7 @@ class QueueWaiter {
     if (shortcut && ourPath) this.watchOwnNode(session, ourPath);
     const ownIntact = () => {
       const own = this.ownWatch;
-      return !(own && own.path === ourPath && own.gone);
+      return own !== undefined && own.path === ourPath && own.watch.armed;
     };
     let fired: WatchEventType | undefined;
     let resolveWake!: () => void;

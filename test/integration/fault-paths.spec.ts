@@ -127,3 +127,79 @@ describe.each([
     await next.release();
   });
 });
+
+describe('a foreign write to a held lock node does not blind deletion detection', () => {
+  it('a plain lease: set, then delete by another client, aborts the signal', async () => {
+    const observer = await connect();
+    const path = uniquePath('set-then-delete');
+    const lease = await new Mutex(await engine(), 'sd', path, { coalesce: false }).acquire();
+    const signal = lease.signal;
+    await untilWatching(lease.path, lease.sessionId);
+    await observer.session!.setData(lease.path, Buffer.from('__REVOKE__'));
+    await untilWatching(lease.path, lease.sessionId); // armed again
+    await observer.session!.delete(lease.path);
+    expect(await whenAborted(signal, 10_000)).toMatchObject({ reason: 'node-deleted' });
+    expect(lease.isHeld).toBe(false);
+  });
+
+  it('coalesced: after set + delete, the next local caller is not handed the deleted node while another process holds', async () => {
+    const observer = await connect();
+    const path = uniquePath('set-then-delete-local');
+    const e = await engine();
+    const mutex = new Mutex(e, 'sdl', path);
+    const first = await mutex.acquire();
+    const firstSignal = first.signal;
+    const second = mutex.acquire({ waitMs: 30_000 }); // waits in memory for a local handoff
+    second.catch(() => undefined);
+    const other = new Mutex(await engine(), 'sdl', path).acquire({ waitMs: 30_000 });
+    other.catch(() => undefined);
+    await untilChildCount(observer, path, 2);
+    await untilWatching(first.path, first.sessionId);
+
+    await observer.session!.setData(first.path, Buffer.from('x'));
+    await untilWatching(first.path, first.sessionId);
+    await observer.session!.delete(first.path); // the other process is next: it holds now
+    const otherLease = await other;
+    expect(await whenAborted(firstSignal, 10_000)).toMatchObject({ reason: 'node-deleted' });
+    await first.release();
+    let secondAt = Infinity;
+    void second.then(() => (secondAt = Date.now()));
+    await delay(500);
+    expect(secondAt).toBe(Infinity); // not handed the deleted node
+    const otherReleasedAt = Date.now();
+    await otherLease.release();
+    const secondLease = await second;
+    expect(secondAt).toBeGreaterThanOrEqual(otherReleasedAt);
+    expect(secondLease.path).not.toBe(first.path);
+    await secondLease.release();
+  });
+
+  it('a waiter next in line whose node was set, then deleted, does not take the "predecessor was head" shortcut', async () => {
+    const observer = await connect();
+    const path = uniquePath('set-then-delete-waiter');
+    const holder = await new Mutex(await engine(), 'sdw', path).acquire();
+    const v = await engine();
+    let vAt = Infinity;
+    const vWaiting = new Mutex(v, 'sdw', path).acquire({ waitMs: 30_000 }).then((l) => ((vAt = Date.now()), l));
+    vWaiting.catch(() => undefined);
+    const [, vNode] = (await untilChildCount(observer, path, 2)).sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)));
+    await untilWatching(`${path}/${vNode}`, v.connection.sessionId!); // V's own-node watch
+    let wAt = Infinity;
+    const wWaiting = new Mutex(await engine(), 'sdw', path).acquire({ waitMs: 30_000 }).then((l) => ((wAt = Date.now()), l));
+    wWaiting.catch(() => undefined);
+    await untilChildCount(observer, path, 3);
+
+    await observer.session!.setData(`${path}/${vNode}`, Buffer.from('x'));
+    await untilWatching(`${path}/${vNode}`, v.connection.sessionId!);
+    await observer.session!.delete(`${path}/${vNode}`);
+    await untilChildCount(observer, path, 3); // V queued again, behind W
+    await holder.release();
+    const w = await wWaiting;
+    await delay(300);
+    expect(vAt).toBe(Infinity); // W holds: V must still wait
+    await w.release();
+    const vLease = await vWaiting;
+    expect(vAt).toBeGreaterThanOrEqual(wAt);
+    await vLease.release();
+  });
+});

@@ -1,0 +1,66 @@
+import type { WatchEventType, ZkSession } from './zk-session.js';
+
+/**
+ * Watches one node of ours until it is deleted, for whoever relies on "my node still exists"
+ * (a held lease, a waiter about to take the "predecessor was head" shortcut). A ZooKeeper watch
+ * fires once, for whatever comes first: a data change (someone's `set`, Curator's revocation
+ * marker) spends it, so any event other than the deletion arms it again. A request that fails
+ * on a connection error sets no watch either: it is re-armed once the session is usable again.
+ * `armed` is true only while the watch is known to be set on the existing node.
+ */
+export class DeletionWatch {
+  armed = false;
+  gone = false;
+  /** The first arming's outcome: true once set on the existing node. */
+  readonly ready: Promise<boolean>;
+  private stopped = false;
+
+  constructor(
+    private readonly session: ZkSession,
+    private readonly path: string,
+    private readonly onDeleted: () => void,
+    /** Resolves true when `session` is connected again, false when it is gone for good. */
+    private readonly whenUsable: (session: ZkSession) => Promise<boolean>,
+  ) {
+    this.ready = this.arm();
+  }
+
+  stop(): void {
+    this.stopped = true;
+    this.armed = false;
+    this.session.unwatch(this.path, this.listener);
+  }
+
+  private readonly listener = (event: { type: WatchEventType }): void => {
+    this.armed = false;
+    if (this.stopped) return;
+    if (event.type === 'deleted') this.deleted();
+    else void this.arm();
+  };
+
+  private arm(): Promise<boolean> {
+    return this.session.exists(this.path, this.listener).then(
+      (stat) => {
+        if (this.stopped || this.gone) return false;
+        if (stat === null) {
+          this.deleted();
+          return false;
+        }
+        this.armed = true;
+        return true;
+      },
+      () => {
+        // Connection trouble (or the session is gone: its loss is reported elsewhere).
+        if (!this.stopped) void this.whenUsable(this.session).then((usable) => usable && !this.stopped && this.arm());
+        return false;
+      },
+    );
+  }
+
+  private deleted(): void {
+    if (this.gone) return;
+    this.gone = true;
+    this.armed = false;
+    this.onDeleted();
+  }
+}
