@@ -1,4 +1,4 @@
-import { LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
+import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
 import type { AcquireOptions } from './lock-queue.js';
 
@@ -23,14 +23,21 @@ export class Cancellation {
     private readonly onSettle: (cancel: Cancel) => void = () => undefined,
   ) {
     const { waitMs, signal } = options;
-    const timer = waitMs !== undefined && waitMs > 0 ? setTimeout(() => this.settle({ reason: 'timeout' }), waitMs) : undefined;
+    const connection = engine.connection;
+    // A wait that ends while ZooKeeper is unreachable ended for that reason, not for contention;
+    // a try-once that got no answer within its bound met a link that does not answer.
+    const onDeadline = () => this.settle({ reason: waitMs === 0 || connection.state !== 'connected' ? 'connection' : 'timeout' });
+    const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS);
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
     signal?.addEventListener('abort', onAbort, { once: true });
     const offStop = engine.onStop((error) => this.settle({ reason: 'connection', error }));
+    // Try-once never waits for a connection: not connected now, or disconnected meanwhile, fails it.
+    const offDisconnect = waitMs === 0 ? engine.onDisconnect(() => this.settle({ reason: 'connection' })) : undefined;
     this.stopListening = () => {
       clearTimeout(timer);
       signal?.removeEventListener('abort', onAbort);
       offStop();
+      offDisconnect?.();
     };
     if (signal?.aborted) onAbort();
   }
@@ -52,6 +59,13 @@ export class Cancellation {
   }
 }
 
+/**
+ * How long a try-once may take before it counts as a connection failure: its requests take a
+ * round trip or two on a healthy link, but a silent one answers nothing until the C client gives
+ * up (2/3 of the session timeout).
+ */
+export const TRY_ONCE_BOUND_MS = 2_000;
+
 /** The error of an acquire that gave up, with the same text wherever it is made. */
 export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {
   const name = JSON.stringify(lockName);
@@ -62,6 +76,8 @@ export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tr
         : `Timed out waiting for lock ${name}`
       : reason === 'aborted'
         ? `Acquiring lock ${name} was aborted`
-        : `Lock ${name} was not acquired: the connection was closed`;
+        : cause instanceof ConnectionClosedError
+          ? `Lock ${name} was not acquired: the connection was closed`
+          : `Lock ${name} was not acquired: ZooKeeper is unavailable`;
   return new LockNotAcquiredError(lockName, reason, detail, cause === undefined ? undefined : { cause });
 }

@@ -18,6 +18,11 @@ export const LockChannels = {
   released: diagnostics_channel.channel('nestjs-zk-lock:released'),
   /** `{ name, path, reason, heldMs }`: a held lease was lost. */
   lost: diagnostics_channel.channel('nestjs-zk-lock:lost'),
+  /**
+   * `{ name, path, lockPath, kind, error }`: a release could not delete the lock node for a reason
+   * a retry cannot fix (e.g. NOAUTH after an ACL change): the lock stays taken until the session ends.
+   */
+  releaseFailed: diagnostics_channel.channel('nestjs-zk-lock:release-failed'),
   /** `{ state, previous, sessionId }`: the connection changed state. */
   connectionState: diagnostics_channel.channel('nestjs-zk-lock:connection-state'),
 } as const;

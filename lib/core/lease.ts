@@ -197,9 +197,20 @@ export class NodeLease extends HeldLease implements SessionBound {
     super.end(reason);
   }
 
+  /**
+   * Deletes the node, retrying through disconnections. A refusal no retry can fix leaves the lock
+   * taken until the session ends: that is reported (warning, `releaseFailed` event), not thrown,
+   * since the holder's work is done and nothing it could do would help.
+   */
   protected free(): Promise<void> {
-    const work = this.engine.deleteGuaranteed(this.entry.session, this.entry.path);
+    const work = this.engine.deleteGuaranteed(this.entry.session, this.entry.path).catch((error: unknown) => {
+      this.engine.warn(
+        `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
+          `the lock stays taken until this session ends`,
+      );
+      publish(LockChannels.releaseFailed, () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
+    });
     this.engine.background(work);
-    return work.catch(() => undefined);
+    return work;
   }
 }

@@ -62,7 +62,11 @@ export class LocalQueue {
   acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
     const busy = this.holder !== undefined || this.acquiring !== undefined || this.waiters.length > 0;
-    if (tryOnce && busy) return Promise.reject(notAcquiredError(name, 'timeout', true));
+    if (tryOnce && busy) {
+      // Held here: taken. Only queued here while ZooKeeper is unreachable: that is the reason.
+      const reason = this.holder || this.engine.connection.state === 'connected' ? 'timeout' : 'connection';
+      return Promise.reject(notAcquiredError(name, reason, true));
+    }
     return new Promise<Lease>((resolve, reject) => {
       const waiter = { name, tryOnce, leaseOptions, resolve, reject } as LocalWaiter;
       waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
@@ -83,10 +87,12 @@ export class LocalQueue {
     const index = this.waiters.indexOf(waiter);
     if (index >= 0) this.waiters.splice(index, 1);
     waiter.reject(waiter.cancellation.notAcquired(waiter.name, waiter.tryOnce));
-    // Nobody left to queue for: take our node out of the ZooKeeper queue.
+    // Nobody left to queue for: take our node out of the ZooKeeper queue. Its clean-up goes on in
+    // the background; the queue is idle at once (a new caller queues a new node).
     if (this.waiters.length === 0 && this.acquiring) {
       this.acquiring.cancelled = true;
       this.acquiring.cancel?.();
+      this.acquiring = undefined;
     }
     this.pump();
   }
@@ -110,9 +116,16 @@ export class LocalQueue {
     const onCancellable = (cancel: () => void) => (acquiring.cancel = cancel);
     acquireInQueue(this.engine, this.spec, { fair: this.options.fair, onCancellable, waitMs: tryOnce ? 0 : undefined }).then(
       (entry) => {
+        if (this.acquiring !== acquiring) {
+          // Given up, but the node held before the cancel got through: let it go.
+          this.engine.background(this.engine.deleteGuaranteed(entry.session, entry.path));
+          return;
+        }
         this.acquiring = undefined;
         const node: NodeLease = new NodeLease(this.engine, this.spec.lockName, entry, {
-          silent: true,
+          silent: true, // the local leases publish
+          kind: this.spec.kind,
+          lockPath: this.spec.lockPath,
           onEnd: (reason) => this.nodeEnded(node, reason),
         });
         this.node = node;
@@ -124,6 +137,7 @@ export class LocalQueue {
         this.pump();
       },
       (error: unknown) => {
+        if (this.acquiring !== acquiring) return; // given up: nobody waits for this one
         this.acquiring = undefined;
         if (!acquiring.cancelled) {
           // A taken lock fails the try-once callers only; any other failure fails everyone waiting.
@@ -226,7 +240,12 @@ export class LocalQueue {
           if (others && !this.othersMayWait) this.handoffsWhileOthersWait = 0;
           this.othersMayWait = others;
         },
-        () => undefined, // stays as it was (bounded if unsure)
+        () => {
+          // No listing, so no watch: nobody would tell us when others queue. Assume they do.
+          if (this.node !== node || this.othersMayWait) return;
+          this.othersMayWait = true;
+          this.handoffsWhileOthersWait = 0;
+        },
       );
     // Without the node's watch no handoff: the node is deleted and queued again instead.
     this.watched = Promise.all([node.watchNode(), queue]).then(([nodeWatched]) => {

@@ -95,6 +95,12 @@ export class LockEngine {
     this.basePath = validateEngineOptions(identity);
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     connection.on('lost', (reason) => this.sessionGone(reason));
+    connection.on('state', (state) => {
+      if (state === 'connected') return;
+      const listeners = [...this.disconnectListeners];
+      this.disconnectListeners.clear();
+      for (const listener of listeners) listener();
+    });
     connection.on('closed', () => {
       this.emitStop(new ConnectionClosedError());
       this.sessionGone('connection-closed');
@@ -228,6 +234,20 @@ export class LockEngine {
     this.stopListeners.add(listener);
     return () => this.stopListeners.delete(listener);
   }
+  private readonly disconnectListeners = new Set<() => void>();
+  /**
+   * Calls `listener` once when the connection is not connected: at once if it is not now, else
+   * when it next leaves 'connected'. One connection listener for all (try-once acquires).
+   */
+  onDisconnect(listener: () => void): () => void {
+    if (this.connection.state !== 'connected') {
+      listener();
+      return () => undefined;
+    }
+    this.disconnectListeners.add(listener);
+    return () => this.disconnectListeners.delete(listener);
+  }
+
   private emitStop(error: ConnectionClosedError): void {
     const listeners = [...this.stopListeners];
     this.stopListeners.clear();

@@ -121,7 +121,7 @@ class QueueWaiter {
   async run(): Promise<QueueEntry> {
     try {
       for (;;) {
-        const session = await this.untilCancelled(this.engine.connection.whenConnected());
+        const session = await this.connectedSession();
         if (this.pinned && session !== this.pinned) throw new SessionEndedError();
         const entry = await this.attempt(session);
         if (entry) return entry;
@@ -129,7 +129,8 @@ class QueueWaiter {
       }
     } catch (error) {
       // Like Curator, reject only once our node is deleted, unless that needs a reconnect.
-      if (this.cleanup) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
+      const reachable = this.engine.connection.state === 'connected' && this.cancellation.current?.reason !== 'connection';
+      if (this.cleanup && reachable) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
       if (error instanceof ConnectionClosedError) this.cancellation.settle({ reason: 'connection', error });
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
@@ -140,6 +141,17 @@ class QueueWaiter {
   }
 
   private cleanup: Promise<unknown> | undefined;
+
+  /** The session once connected; waiting stops (with no listener left behind) on cancellation. */
+  private connectedSession(): Promise<ZkSession> {
+    const connection = this.engine.connection;
+    if (connection.state === 'connected' && connection.session) return Promise.resolve(connection.session);
+    if (this.cancellation.current) return Promise.reject(CANCELLED);
+    const stop = new AbortController();
+    const cancel = () => stop.abort(CANCELLED);
+    this.cancelHooks.add(cancel);
+    return connection.whenConnected(stop.signal).finally(() => this.cancelHooks.delete(cancel));
+  }
 
   /** One node's life in the queue; resolves undefined when it must be re-created. */
   private async attempt(session: ZkSession): Promise<QueueEntry | undefined> {

@@ -62,6 +62,7 @@ interface StateMessage {
  * - `zk_lock.waiting` (up-down counter): acquires in progress, by kind;
  * - `zk_lock.contended` (counter): acquires that found the lock held and waited;
  * - `zk_lock.lost` (counter): held locks lost, by `zk_lock.lost.reason` and kind;
+ * - `zk_lock.release.failures` (counter): releases that could not delete their node, by kind;
  * - `zk_lock.connection.transitions` (counter): state changes, by `zk_lock.connection.state`
  *   and `zk_lock.connection.previous_state`;
  * - `zk_lock.connection.state` (observable gauge): connections per state.
@@ -89,6 +90,10 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
   });
   const lost = meter.createCounter('zk_lock.lost', {
     description: 'Held locks lost (session expired, node deleted, lease expired...)',
+    valueType: ValueType.INT,
+  });
+  const releaseFailures = meter.createCounter('zk_lock.release.failures', {
+    description: 'Releases that could not delete the lock node (the lock stays taken until the session ends)',
     valueType: ValueType.INT,
   });
   const transitions = meter.createCounter('zk_lock.connection.transitions', {
@@ -171,6 +176,13 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     ],
     [LockChannels.released, (m) => endHold(m as EndMessage, 'released')],
     [LockChannels.lost, (m) => endHold(m as EndMessage, 'lost')],
+    [
+      LockChannels.releaseFailed,
+      (m) => {
+        const message = m as { path: string; lockPath?: string; kind?: string };
+        releaseFailures.add(1, attributes(message.kind, message.lockPath ?? message.path));
+      },
+    ],
     [
       LockChannels.connectionState,
       (m) => {

@@ -1,11 +1,14 @@
 // The fault paths of the safety review (issue #13): each test reproduces one way the promise
 // "while lease.signal has not aborted, nobody else holds the lock" was broken, or one way an
 // acquire or release hung, starved or leaked. Real ZooKeeper; one client behind a TcpProxy.
+import diagnostics_channel from 'node:diagnostics_channel';
+import { TRY_ONCE_BOUND_MS } from '../../lib/core/cancellation.js';
+import { ZkPerm } from '../../lib/core/zk-session.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
-import { delay, nameOf, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
+import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { delay, nameOf, notAcquired, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
@@ -201,5 +204,126 @@ describe('a foreign write to a held lock node does not blind deletion detection'
     const vLease = await vWaiting;
     expect(vAt).toBeGreaterThanOrEqual(wAt);
     await vLease.release();
+  });
+});
+
+describe.each([
+  ['one node per caller', false],
+  ['coalesced', true],
+])('acquires settle within their bound whatever the connection does (%s)', (_label, coalesce) => {
+  async function timed<T>(work: Promise<T>): Promise<{ ms: number; error: unknown }> {
+    const started = Date.now();
+    const error = await work.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    return { ms: Date.now() - started, error };
+  }
+
+  it('while disconnected: try-once fails at once with reason "connection", a bounded wait at its bound with "connection"; no listener is left behind', async () => {
+    const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 20_000 }, { coalesce });
+    const mutex = new Mutex(e, 'out', uniquePath('outage'));
+    const stateListeners = e.connection.listenerCount('state');
+    const suspended = nextEvent(e.connection, 'suspended');
+    proxy.cut();
+    await suspended;
+
+    const tryOnce = await timed(mutex.acquire({ waitMs: 0 }));
+    expect(tryOnce.error).toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
+    expect(tryOnce.ms).toBeLessThan(1000);
+    await expect(mutex.tryAcquire()).rejects.toMatchObject({ reason: 'connection' }); // an outage is not "taken"
+    const waits = await Promise.all([timed(mutex.acquire({ waitMs: 1500 })), timed(mutex.acquire({ waitMs: 1500 }))]);
+    for (const wait of waits) {
+      expect(wait.error).toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
+      expect(wait.ms).toBeLessThan(1500 + 1000);
+    }
+    expect(e.connection.listenerCount('state')).toBe(stateListeners);
+    proxy.restore();
+    await nextEvent(e.connection, 'reconnected');
+    const lease = await mutex.acquire({ waitMs: 0 });
+    await lease.release();
+  });
+
+  it('behind a silent partition (the client still thinks it is connected): try-once settles within its bound with reason "connection"', async () => {
+    const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 20_000 }, { coalesce });
+    const mutex = new Mutex(e, 'sil', uniquePath('silent-try'));
+    proxy.blackhole();
+    const tryOnce = await timed(mutex.acquire({ waitMs: 0 }));
+    expect(tryOnce.error).toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
+    expect(tryOnce.ms).toBeLessThan(TRY_ONCE_BOUND_MS + 1000);
+    proxy.restore();
+  });
+});
+
+describe('coalescing keeps its fairness bound after a blip', () => {
+  it('when the listing that arms the queue watch fails, local handoffs stay within maxLocalHandoffs once another process waits', async () => {
+    const path = uniquePath('bound-after-blip');
+    const a = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 20_000 }, { maxLocalHandoffs: 2 });
+    const mutex = new Mutex(a, 'bb', path);
+    const first = await mutex.acquire();
+    void first.signal; // arms the node's watch now, so a later handoff needs only the queue listing
+    await untilWatching(first.path, first.sessionId);
+
+    const suspended = nextEvent(a.connection, 'suspended');
+    proxy.cut();
+    await suspended;
+    let holds = 0;
+    let stop = false;
+    const loops = [0, 1].map(async () => {
+      while (!stop) {
+        const lease = await mutex.acquire({ waitMs: 60_000 });
+        holds++;
+        await delay(2);
+        await lease.release();
+      }
+    });
+    await delay(500); // the local callers' queue listing fails meanwhile
+    const reconnected = nextEvent(a.connection, 'reconnected');
+    proxy.restore();
+    await reconnected;
+    await first.release();
+    await eventually(() => holds >= 3, 20_000, 5);
+
+    const observer = await connect();
+    const otherMutex = new Mutex(await engine(), 'bb', path);
+    const waiting = otherMutex.acquire({ waitMs: 10_000 }).catch((e: unknown) => e);
+    await untilChildCount(observer, path, 2); // the other process queues
+    const before = holds;
+    const other = await waiting;
+    const holdsWhileOtherWaited = holds - before;
+    stop = true;
+    if (!(other instanceof Error)) await (other as Lease).release();
+    await Promise.allSettled(loops);
+    expect(other).not.toBeInstanceOf(Error);
+    expect(holdsWhileOtherWaited).toBeLessThanOrEqual(2 + 3); // the bound, plus holds under way while the news travels
+  });
+});
+
+describe('a release that cannot delete its node says so', () => {
+  it.each([
+    ['one node per caller', false],
+    ['coalesced', true],
+  ])('NOAUTH after an ACL change (%s): a warning and a releaseFailed event, and release() still resolves', async (_label, coalesce) => {
+    const observer = await connect();
+    const path = uniquePath('release-noauth');
+    const e = await engine({}, { coalesce });
+    const warnings: string[] = [];
+    e.onWarning((message) => warnings.push(message));
+    const events: unknown[] = [];
+    const onEvent = (message: unknown) => events.push(message);
+    diagnostics_channel.subscribe('nestjs-zk-lock:release-failed', onEvent);
+    try {
+      const lease = await new Mutex(e, 'rn', path).acquire();
+      // Deleting a child needs DELETE on its parent: take it away.
+      await observer.session!.setAcl(path, [{ perms: ZkPerm.ALL & ~ZkPerm.DELETE, scheme: 'world', id: 'anyone' }]);
+      await lease.release();
+      await e.drain();
+      expect(await childrenOf(observer, path)).toEqual([nameOf(lease)]); // still there: the lock stays taken
+      expect(warnings).toEqual([expect.stringContaining(`Could not delete lock node ${lease.path}`)]);
+      expect(events).toEqual([expect.objectContaining({ path: lease.path, lockPath: path, kind: 'mutex', error: expect.objectContaining({ codeName: 'NOAUTH' }) })]);
+    } finally {
+      diagnostics_channel.unsubscribe('nestjs-zk-lock:release-failed', onEvent);
+      await observer.session!.setAcl(path, [{ perms: ZkPerm.ALL, scheme: 'world', id: 'anyone' }]);
+    }
   });
 });
