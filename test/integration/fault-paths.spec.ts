@@ -264,20 +264,22 @@ describe('coalescing keeps its fairness bound after a blip', () => {
     void first.signal; // arms the node's watch now, so a later handoff needs only the queue listing
     await untilWatching(first.path, first.sessionId);
 
-    const suspended = nextEvent(a.connection, 'suspended');
-    proxy.cut();
-    await suspended;
+    // The next request's reply is lost, then the link drops: it fails with a connection loss.
+    proxy.dropReplies();
     let holds = 0;
     let stop = false;
     const loops = [0, 1].map(async () => {
       while (!stop) {
         const lease = await mutex.acquire({ waitMs: 60_000 });
         holds++;
-        await delay(2);
+        await delay(50); // long next to the time the news of a new waiter takes on a busy machine
         await lease.release();
       }
     });
-    await delay(500); // the local callers' queue listing fails meanwhile
+    await delay(300); // the local callers' queue listing (with its watch) is in flight
+    const suspended = nextEvent(a.connection, 'suspended');
+    proxy.cut();
+    await suspended;
     const reconnected = nextEvent(a.connection, 'reconnected');
     proxy.restore();
     await reconnected;
