@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
-import { Inject, Injectable, Optional, type BeforeApplicationShutdown } from '@nestjs/common';
+import { Inject, Injectable, Optional, type OnApplicationShutdown } from '@nestjs/common';
 import { optionalPositiveInteger, positiveInteger } from '../core/connection-options.js';
 import { LockChannels, publish } from '../core/diagnostics.js';
 import {
@@ -229,12 +229,12 @@ let fakes = 0;
  * ```
  *
  * Test helpers: `expireSession()` (every lease of this fake is lost, its signal aborts),
- * `isLocked(name)`, and `beforeApplicationShutdown()` (what `app.close()` does to the real one).
+ * `isLocked(name)`, and `onApplicationShutdown()` (what `app.close()` does to the real one).
  * `connection` is not available (there is none); `state` is `'connected'` until shutdown.
  * @publicApi
  */
 @Injectable()
-export class FakeLockService extends LockService implements BeforeApplicationShutdown {
+export class FakeLockService extends LockService implements OnApplicationShutdown {
   readonly store: FakeLockStore;
   /** The fake session id written on every lease (hex, like ZooKeeper's). */
   readonly sessionId: string;
@@ -284,13 +284,17 @@ export class FakeLockService extends LockService implements BeforeApplicationShu
     for (const item of [...this.live]) item.lose?.(reason);
   }
 
-  /** What `app.close()` does to the real service: refuses new acquires, gives up waits, releases leases. */
-  async beforeApplicationShutdown(): Promise<void> {
+  /**
+   * What `app.close()` does to the real service once its grace time has passed: refuses new
+   * acquires, gives up waits, and ends held leases — their signals abort (reason `shutdown`)
+   * before their locks are freed.
+   */
+  async onApplicationShutdown(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
     const items = [...this.live];
     for (const item of items) item.cancel?.('connection', new ConnectionClosedError('the lock module is shutting down'));
-    await Promise.all(items.map((item) => item.release?.()));
+    for (const item of items) item.lose?.('shutdown');
   }
 
   /** The in-memory state, in the shape of `LockService.inspect` (holder data of the fakes). */

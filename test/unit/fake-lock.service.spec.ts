@@ -379,13 +379,14 @@ describe('FakeLockService', () => {
     expect(diagnostics_channel.hasSubscribers('nestjs-zk-lock:acquired')).toBe(false);
   });
 
-  it('on shutdown gives up waits (reason connection), releases leases and refuses new acquires', async () => {
+  it('on shutdown gives up waits (reason connection), ends leases (signal: shutdown) and refuses new acquires', async () => {
     const held = await locks.mutex('s').acquire();
     const waiting = locks.mutex('s').acquire();
     await settle();
-    await locks.beforeApplicationShutdown();
+    await locks.onApplicationShutdown();
     expect((await notAcquired(waiting)).reason).toBe('connection');
     expect(held.isHeld).toBe(false);
+    expect(held.signal.reason).toMatchObject({ reason: 'shutdown' });
     expect((await notAcquired(locks.mutex('s').acquire())).reason).toBe('connection');
     expect(locks.state).toBe('closed');
   });
