@@ -2,7 +2,8 @@ import { ConnectionClosedError, InvalidOptionError, LockNotAcquiredError } from 
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath } from './lock-path.js';
-import { isZkCode, ZkCode } from './zk-error.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import { notAcquiredError, TRY_ONCE_BOUND_MS } from './cancellation.js';
 import { acquireInQueue, SessionEndedError, type AcquireOptions, type QueueSpec } from './lock-queue.js';
 import { LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
@@ -36,7 +37,7 @@ export class Semaphore extends LockRecipe {
   readonly permits: number;
   private readonly leaseMs: number | undefined;
   private readonly internal: Mutex;
-  private readonly leaseSpec: QueueSpec;
+  private readonly leasesPath: string;
 
   constructor(engine: LockEngine, name: string, path: string, options: SemaphoreOptions) {
     super(engine, name, path, false);
@@ -45,18 +46,24 @@ export class Semaphore extends LockRecipe {
     this.permits = positiveInteger(options.permits, 'permits', 1);
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
     this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false, internal: true });
-    const leasesPath = joinPath(path, 'leases');
-    this.leaseSpec = {
-      lockName: name,
+    this.leasesPath = joinPath(path, 'leases');
+  }
+
+  /**
+   * The lease queue's verdict for a lease node that must leave room for `more` leases after it:
+   * counted while holding the internal lock, so only our own nodes can be pending.
+   */
+  private leaseSpec(more: number): QueueSpec {
+    return {
+      lockName: this.name,
       kind: 'semaphore',
-      lockPath: path,
-      parentPath: leasesPath,
+      lockPath: this.path,
+      parentPath: this.leasesPath,
       nodeName: 'lease-',
       sortMarkers: ['lease-'],
       evaluate: (sorted) => {
-        // Counted while holding the internal lock: only our own node can be pending.
         if (sorted.length - 1 > this.permits) this.engine.warn(this.mismatch(sorted.length - 1));
-        return sorted.length <= this.permits ? { holds: true } : { holds: false, watchChildren: true };
+        return sorted.length + more <= this.permits ? { holds: true } : { holds: false, watchChildren: true };
       },
     };
   }
@@ -69,33 +76,28 @@ export class Semaphore extends LockRecipe {
   protected async acquireNew(options: SemaphoreAcquireOptions): Promise<Lease> {
     const count = positiveInteger(options.permits, 'permits', 1, 1, this.permits);
     const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
-    const leases: Lease[] = [];
-    try {
-      for (let i = 0; i < count; i++) leases.push(await this.acquireOne(deadline, options));
-    } catch (error) {
-      await releaseAll(leases).catch(() => undefined);
-      throw error;
-    }
-    return new LeaseGroup(this.name, leases);
-  }
-
-  private async acquireOne(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
     for (;;) {
       try {
-        return await this.acquireOneInSession(deadline, options);
+        return new LeaseGroup(this.name, await this.acquireInSession(count, deadline, options));
       } catch (error) {
-        // The session ended while we waited for a lease: the internal lock went with it, so take
-        // it again in the new session before queueing another lease node.
+        // The session ended while we waited: the internal lock and our lease nodes went with it,
+        // so start over in the new session.
         if (!(error instanceof SessionEndedError)) throw error;
       }
     }
   }
 
-  private async acquireOneInSession(deadline: number | undefined, options: AcquireOptions): Promise<Lease> {
+  /**
+   * Takes `count` leases in one step under one hold of the internal lock: the first lease node
+   * waits until `count` permits are free, then the others hold at once. Nobody holds part of what
+   * it asked for while it waits, so two multi-permit callers cannot deadlock each other (taking
+   * them one internal-lock hold at a time, as Curator does, can).
+   */
+  private async acquireInSession(count: number, deadline: number | undefined, options: AcquireOptions): Promise<Lease[]> {
     const tryOnce = options.waitMs === 0;
-    // Try-once with every lease taken: say so at once instead of queueing for the internal lock
+    // Try-once with too few leases free: say so at once instead of queueing for the internal lock
     // behind a waiter that holds it.
-    if (tryOnce && (await this.leasesInUse()) >= this.permits) throw new LockNotAcquiredError(this.name, 'timeout');
+    if (tryOnce && (await this.leasesInUse()) + count > this.permits) throw new LockNotAcquiredError(this.name, 'timeout');
     const remaining = () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
     let internal: Lease;
     try {
@@ -105,30 +107,43 @@ export class Semaphore extends LockRecipe {
       if (error instanceof LockNotAcquiredError) throw new LockNotAcquiredError(this.name, error.reason, undefined, { cause: error });
       throw error;
     }
+    const leases: Lease[] = [];
     try {
-      // Try-once stays try-once; otherwise the time left (at least a try).
-      const session = (internal as { sessionId: string }).sessionId === this.engine.connection.session?.id ? this.engine.connection.session : undefined;
+      const session = internal.sessionId === this.engine.connection.session?.id ? this.engine.connection.session : undefined;
       if (!session) throw new SessionEndedError();
-      const entry = await acquireInQueue(this.engine, this.leaseSpec, {
-        waitMs: tryOnce ? 0 : remaining(),
-        signal: options.signal,
-        session,
-      });
-      return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
+      for (let i = 0; i < count; i++) {
+        // Try-once stays try-once; otherwise the time left (at least a try).
+        const entry = await acquireInQueue(this.engine, this.leaseSpec(count - 1 - i), {
+          waitMs: tryOnce ? 0 : remaining(),
+          signal: options.signal,
+          session,
+        });
+        leases.push(new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs)));
+      }
+      return leases;
+    } catch (error) {
+      await releaseAll(leases).catch(() => undefined);
+      throw error;
     } finally {
       await internal.release();
     }
   }
 
+  /** For try-once: leases in use now; a try-once never waits for a connection (see Cancellation). */
   private async leasesInUse(): Promise<number> {
-    const session = await this.engine.connection.whenConnected().catch((error: unknown) => {
-      throw error instanceof ConnectionClosedError ? new LockNotAcquiredError(this.name, 'connection', undefined, { cause: error }) : error;
-    });
+    const connection = this.engine.connection;
+    const unavailable = () => notAcquiredError(this.name, 'connection', true, connection.state === 'closed' ? new ConnectionClosedError() : undefined);
+    if (connection.state !== 'connected' || !connection.session) throw unavailable();
+    let timer: NodeJS.Timeout | undefined;
+    const bound = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(unavailable()), TRY_ONCE_BOUND_MS)));
     try {
-      return (await session.getChildren(this.leaseSpec.parentPath)).children.length;
+      return await Promise.race([connection.session.getChildren(this.leasesPath).then(({ children }) => children.length), bound]);
     } catch (error) {
       if (isZkCode(error, ZkCode.NONODE)) return 0;
+      if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) throw notAcquiredError(this.name, 'connection', true, error);
       throw error;
+    } finally {
+      clearTimeout(timer);
     }
   }
 

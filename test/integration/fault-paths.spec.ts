@@ -5,6 +5,7 @@ import diagnostics_channel from 'node:diagnostics_channel';
 import { TRY_ONCE_BOUND_MS } from '../../lib/core/cancellation.js';
 import { ZkPerm } from '../../lib/core/zk-session.js';
 import { Mutex } from '../../lib/core/mutex.js';
+import { Semaphore } from '../../lib/core/semaphore.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
@@ -327,5 +328,22 @@ describe('a release that cannot delete its node says so', () => {
       diagnostics_channel.unsubscribe('nestjs-zk-lock:release-failed', onEvent);
       await observer.session!.setAcl(path, [{ perms: ZkPerm.ALL, scheme: 'world', id: 'anyone' }]);
     }
+  });
+});
+
+describe('a semaphore try-once never waits for a connection', () => {
+  it('while disconnected and behind a silent link: reason "connection", within the bound', async () => {
+    const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 20_000 });
+    const semaphore = new Semaphore(e, 'sem-out', uniquePath('sem-outage'), { permits: 2 });
+    proxy.blackhole();
+    let started = Date.now();
+    await expect(semaphore.acquire({ waitMs: 0 })).rejects.toMatchObject({ name: 'LockNotAcquiredError', reason: 'connection' });
+    expect(Date.now() - started).toBeLessThan(TRY_ONCE_BOUND_MS + 1000);
+    proxy.cut();
+    await eventually(() => e.connection.state === 'suspended', 20_000, 20);
+    started = Date.now();
+    await expect(semaphore.tryAcquire()).rejects.toMatchObject({ reason: 'connection' });
+    expect(Date.now() - started).toBeLessThan(1000);
+    proxy.restore();
   });
 });

@@ -301,7 +301,7 @@ describe('Semaphore against a real ZooKeeper', () => {
   });
 
   describe('multi-permit, try-once, abort', () => {
-    it('a multi-permit acquire is all-or-nothing: asking 2 of 3 with 1 free times out and deletes BOTH of its lease nodes', async () => {
+    it('a multi-permit acquire is all-or-nothing: asking 2 of 3 with 1 free times out without taking the free one, and leaves no node', async () => {
       const otherEngine = await engine();
       const e = await engine();
       const observer = await connect();
@@ -318,14 +318,43 @@ describe('Semaphore against a real ZooKeeper', () => {
       expect(error.lockName).toBe('aon');
       expect(waited).toBeGreaterThanOrEqual(450);
       expect(waited).toBeLessThan(5000);
-      // It did take the free permit, and had a second node pending, before giving both back.
-      expect(await nodeCounts.stop()).toBe(4);
+      // Its one node waited for two free permits: it never held the free one alone.
+      expect(await nodeCounts.stop()).toBe(3);
       await e.drain();
       expect((await childrenOf(observer, `${path}/leases`)).sort()).toEqual(otherNames);
       expect(await nodesOf(observer, `${path}/leases`, e.connection.sessionId!)).toEqual([]);
       expect(await childrenOf(observer, `${path}/locks`)).toEqual([]);
       await other.release();
     });
+
+    it('two callers each asking for all 2 permits at once do not deadlock (no partial holding while waiting)', async () => {
+      const observer = await connect();
+      const path = uniquePath('sem-hold-and-wait');
+      const nodeCounts = trackMaxChildren(observer, `${path}/leases`);
+      let inUse = 0;
+      let maxInUse = 0;
+      const callers = await Promise.all([engine(), engine(), engine()]);
+      const rounds = await Promise.all(
+        callers.map(async (e, i) => {
+          const semaphore = new Semaphore(e, 'hw', path, { permits: 2 });
+          const taken: number[] = [];
+          for (let round = 0; round < 5; round++) {
+            const lease = await semaphore.acquire({ permits: i === 2 ? 1 : 2, waitMs: 20_000 });
+            const permits = (lease as LeaseGroup).leases.length;
+            taken.push(permits);
+            maxInUse = Math.max(maxInUse, (inUse += permits));
+            await delay(5);
+            inUse -= permits;
+            await lease.release();
+          }
+          return taken;
+        }),
+      );
+      expect(rounds).toEqual([[2, 2, 2, 2, 2], [2, 2, 2, 2, 2], [1, 1, 1, 1, 1]]);
+      expect(maxInUse).toBe(2);
+      expect(await nodeCounts.stop()).toBeLessThanOrEqual(3); // 2 held + one waiting for room
+      expect(await childrenOf(observer, `${path}/leases`)).toEqual([]);
+    }, 60_000);
 
     it('a multi-permit lease group releases its leases one by one or all at once', async () => {
       const e = await engine();
