@@ -29,8 +29,9 @@ export class LeaseGroup implements Lease {
   get sessionId(): string {
     return this.leases[0]!.sessionId;
   }
+  /** True while every lease is held: one lost member means the group no longer holds what it asked for. */
   get isHeld(): boolean {
-    return this.leases.some((l) => l.isHeld);
+    return this.leases.every((l) => l.isHeld);
   }
 
   async release(): Promise<void> {

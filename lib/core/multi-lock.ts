@@ -5,6 +5,7 @@ import type { AcquireOptions } from './lock-queue.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
 import { LeaseGroup, releaseAll } from './multi-lease.js';
+import { LockContext } from './lock-context.js';
 
 /**
  * All of several locks or none, under one overall deadline. Members are taken in one canonical
@@ -64,10 +65,15 @@ export class MultiLock implements Lockable {
     return runWithLock(this, fn, options);
   }
 
-  /** Each member counts as held by the call chain (nested acquires re-enter). */
+  /**
+   * Each member counts as held by the call chain (nested acquires re-enter), and
+   * `LockContext.current()` is the group: its signal aborts when any member is lost, its fencing
+   * token is the first member's (canonical order); each member's own is in `group.leases[i]`.
+   */
   runHolding<T>(lease: Lease, fn: () => T): T {
     const leases = (lease as LeaseGroup).leases;
-    const run = this.members.reduceRight<() => T>((inner, member, i) => () => member.runHolding(leases[i]!, inner), fn);
+    const asGroup = () => LockContext.run(`multi:${this.path}`, lease, fn);
+    const run = this.members.reduceRight<() => T>((inner, member, i) => () => member.runHolding(leases[i]!, inner), asGroup);
     return run();
   }
 }

@@ -11,9 +11,12 @@ import type { Lockable } from '../../lib/core/lock-recipe.js';
 import type { AcquireOptions } from '../../lib/core/lock-queue.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { LeaseGroup } from '../../lib/core/multi-lease.js';
+import { LockContext } from '../../lib/core/lock-context.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
-import { nameOf, notAcquired, within, untilChildCount, delay } from '../support/lock-test-helpers.js';
+import { nameOf, notAcquired, within, untilChildCount, untilWatching, delay } from '../support/lock-test-helpers.js';
+
+const untilWatchedBy = (lease: Lease) => untilWatching(lease.path, lease.sessionId);
 
 afterEach(closeAll);
 afterAll(closeAll);
@@ -358,6 +361,36 @@ describe('MultiLock against a real ZooKeeper', () => {
       expect(await childrenOf(observer, `${base}/a`)).toEqual([]);
       await bad.innerLeases[0]!.release();
       expect(await exists(observer, bad.innerLeases[0]!.path)).toBe(false);
+    });
+  });
+
+  describe('one member lost', () => {
+    it('the group is no longer held once one member is lost: isHeld false, signal aborted', async () => {
+      const e = await engine();
+      const observer = await connect();
+      const base = uniquePath('multi-member-lost');
+      const multi = new MultiLock([new Mutex(e, 'a', `${base}/a`, { coalesce: false }), new Mutex(e, 'b', `${base}/b`, { coalesce: false })]);
+      const group = (await multi.acquire()) as LeaseGroup;
+      const signal = group.signal;
+      const [a, b] = group.leases;
+      await eventually(async () => (await observer.session!.exists(b!.path)) !== null, 5000, 20);
+      await untilWatchedBy(b!);
+      await observer.session!.delete(b!.path);
+      await eventually(() => signal.aborted, 10_000, 20);
+      expect({ group: group.isHeld, a: a!.isHeld, b: b!.isHeld }).toEqual({ group: false, a: true, b: false });
+      await group.release();
+      expect(await childrenOf(observer, `${base}/a`)).toEqual([]);
+    });
+
+    it('LockContext.current() inside withLock is the group: its name, signal and first member\'s fencing token', async () => {
+      const e = await engine();
+      const base = uniquePath('multi-context');
+      const multi = new MultiLock([new Mutex(e, 'b', `${base}/b`), new Mutex(e, 'a', `${base}/a`)]);
+      const seen = await multi.withLock((group) => {
+        const current = LockContext.current()!;
+        return { name: current.name, token: current.fencingToken, same: current === group, first: (group as LeaseGroup).leases[0]!.path };
+      });
+      expect(seen).toEqual({ name: 'a + b', token: expect.any(BigInt), same: true, first: expect.stringContaining(`${base}/a/`) });
     });
   });
 
