@@ -68,16 +68,23 @@ export class SalesService {
    * Sells `quantity` seats: reads what is left, charges the buyer (a slow remote call), then writes
    * the sale. Between the read and the write another request, here or on another instance, can
    * sell the same seats: the caller must hold the event's lock (PurchaseController's @WithLock).
-   * The write also carries the lock's fencing token, so a holder that lost its lock meanwhile (and
-   * was overtaken by the next one) cannot write late.
+   *
+   * Fencing for a read-modify-write: claim the row with our token first, then read, then write
+   * only where the row's fence is still ours. A holder that lost its lock (and was overtaken by
+   * the next one) then cannot write late, and the next holder never reads a count that a late
+   * write is about to change: checking the fence only at the write would let the old holder write
+   * first (its token still the highest the row had seen) after the new one had read.
    */
   async purchase(eventId: number, { quantity, buyer }: PurchaseDto): Promise<SaleView> {
-    const event = this.row(eventId); // statement 1: the read
+    const lock = LockContext.current(); // undefined when no lock is held (LOCKS=off)
+    const fence = lock ? fenceText(lock.fencingToken) : null;
+    if (fence !== null) this.claim(eventId, fence); // statement 1: the claim
+
+    const event = this.row(eventId); // statement 2: the read
     const remaining = event.seats - event.sold;
     if (remaining <= 0) throw new GoneException(`Event ${eventId} is sold out`);
     if (quantity > remaining) throw new UnprocessableEntityException(`Only ${remaining} seat(s) left for event ${eventId}`);
 
-    const lock = LockContext.current(); // undefined when no lock is held (LOCKS=off)
     try {
       await this.payments.charge(buyer, quantity, lock?.signal);
     } catch (error) {
@@ -85,17 +92,14 @@ export class SalesService {
       throw error;
     }
 
-    const fence = lock ? fenceText(lock.fencingToken) : null;
     const saleId = this.database.db
       .transaction(() => {
-        // statement 2: the write (the seat count read above may be stale without a lock)
+        // statement 3: the write, only while the row's fence is still ours (the count read above
+        // may be stale without a lock)
         const updated = this.database.db
-          .prepare(
-            `UPDATE events SET sold = sold + @quantity, fence = coalesce(@fence, fence)
-             WHERE id = @eventId AND (@fence IS NULL OR fence IS NULL OR fence <= @fence)`,
-          )
+          .prepare(`UPDATE events SET sold = sold + @quantity WHERE id = @eventId AND (@fence IS NULL OR fence = @fence)`)
           .run({ quantity, fence, eventId });
-        if (updated.changes === 0) return undefined; // a later lock holder already wrote: we lost ours
+        if (updated.changes === 0) return undefined; // a later lock holder claimed the row: we lost ours
         return Number(
           this.database.db
             .prepare('INSERT INTO sales (event_id, quantity, buyer, instance, fence, created_at) VALUES (?, ?, ?, ?, ?, ?)')
@@ -115,6 +119,16 @@ export class SalesService {
       instance: this.instance,
       fencingToken: lock ? lock.fencingToken.toString() : null,
     };
+  }
+
+  /** Marks the row as ours unless a later holder already did (then we lost the lock: 409). */
+  private claim(eventId: number, fence: string): void {
+    const { changes } = this.database.db
+      .prepare('UPDATE events SET fence = @fence WHERE id = @eventId AND (fence IS NULL OR fence <= @fence)')
+      .run({ fence, eventId });
+    if (changes > 0) return;
+    this.row(eventId); // 404 when there is no such event
+    throw new ConflictException('The seat lock was taken over by another request; nothing was sold, retry');
   }
 
   private row(id: number): EventRow {
