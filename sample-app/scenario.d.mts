@@ -15,7 +15,9 @@ export interface Instance {
 }
 
 export interface StartOptions {
-  count: number;
+  count?: number;
+  /** Instead of `count`: the instances' names (INSTANCE), e.g. to restart one under its name. */
+  names?: string[];
   zkConnect: string;
   databaseFile: string;
   logDir: string;

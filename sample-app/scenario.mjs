@@ -35,16 +35,15 @@ export async function stopAllInstances(options) {
 }
 
 /**
- * Starts `count` instances (named instance-1...) on free ports, all on `databaseFile`; resolves
- * once each has printed its ready line. Their output goes to `<logDir>/<name>.log`.
+ * Starts `count` instances (named instance-1..., or `names`) on free ports, all on `databaseFile`;
+ * resolves once each has printed its ready line. Their output is appended to `<logDir>/<name>.log`.
  */
-export async function startInstances({ count, zkConnect, databaseFile, logDir, locks = true, lockWaitMs, basePath, env = {}, readyTimeoutMs = 90_000 }) {
+export async function startInstances({ count, names, zkConnect, databaseFile, logDir, locks = true, lockWaitMs, basePath, env = {}, readyTimeoutMs = 90_000 }) {
   mkdirSync(logDir, { recursive: true });
   const starts = [];
-  for (let i = 1; i <= count; i++) {
-    const name = `instance-${i}`;
+  for (const name of names ?? Array.from({ length: count }, (_, i) => `instance-${i + 1}`)) {
     const logFile = join(logDir, `${name}.log`);
-    const log = createWriteStream(logFile);
+    const log = createWriteStream(logFile, { flags: 'a' });
     const child = spawn(process.execPath, [MAIN], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
