@@ -2,7 +2,8 @@
 // Chaos run: lock recipes under ZooKeeper faults, on a throw-away 3-node ensemble.
 //
 //   node scripts/chaos/run.mjs [--seconds N] [--short] [--processes N] [--json FILE] [--verbose]
-//                              [--faults leader,follower,partition,silent-partition,pause,kill-holder,kill-waiter,ensemble]
+//                              [--faults leader,follower,partition,silent-partition,notify-partition,pause,kill-holder,
+//                                        kill-waiter,rolling-restart,foreign-set,try-once-outage,ensemble]
 //
 // Needs the built package (`npm run build`) and ZooKeeper (`bash scripts/zookeeper.sh install`).
 //
@@ -21,7 +22,10 @@
 //   follower a client is connected to (restarted), a holder partitioned past its session timeout
 //   with its connections closed and silently (nothing passes, nothing closes; its late write must
 //   be rejected), SIGSTOP of a holder past the session timeout then SIGCONT,
-//   the whole ensemble killed and restarted, a worker SIGKILLed while holding and while waiting;
+//   the whole ensemble killed and restarted, a worker SIGKILLed while holding and while waiting,
+//   a waiter silenced right after a watch event reached it, a rolling restart (SIGTERM: shutdown
+//   with holds in flight), a foreign client's `set` on every lock node (then a delete of the
+//   holder's), try-once traffic while a worker is cut off and while it is silenced;
 // - stops the workers, waits for the dead sessions to expire, counts the lock nodes left behind
 //   from a fresh client, stops the ensemble and prints the tables (exit code 1 if a check failed).
 //
@@ -37,16 +41,21 @@
 // acquisition with the last poll that still listed them (sound, no false alarm). Overlaps: two
 // holders whose own intervals [acquired, released-or-lost] overlap; those involving a holder that
 // was lost, SIGKILLed or SIGSTOPped are expected (fencing is what protects the data then), any
-// other is a failure. Stale writes are judged by acquisition order, independently of the tokens.
+// other is a failure. Stricter, the promise itself: the time two holders overlapped while neither
+// signal had aborted (each holder's interval ends at its own lost signal), excusing only SIGSTOPped
+// holders and the holder whose node the foreign client deleted, must be 0; and each partition
+// reports by how much its lost signal beat the server's expiry (the last poll that still saw the
+// session's nodes). Stale writes are judged by acquisition order, independently of the tokens.
 import { execFile, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { TcpProxy } from '../support/tcp-proxy.mjs';
 
 const REPO = fileURLToPath(new URL('../../', import.meta.url));
 const ZK_SCRIPT = join(REPO, 'scripts', 'zookeeper.sh');
@@ -89,10 +98,17 @@ const opts = {
   gapMs: short ? 500 : 3000,
   /** How far past the session timeout a SIGSTOPped holder stays stopped. */
   pauseExtraMs: short ? 2000 : 4000,
+  /** A SIGTERMed worker's holders get this long before their signals abort (engine.shutdown()). */
+  shutdownGraceMs: 2000,
+  /** How long a worker sends try-once acquires while cut off. */
+  tryOnceBurstMs: short ? 2500 : 4000,
 };
 if (!Number.isFinite(opts.seconds) || opts.seconds < 0) fail('--seconds expects a number of seconds');
 if (!Number.isInteger(opts.processes) || opts.processes < 3) fail('--processes expects an integer ≥ 3');
-const FAULT_NAMES = ['leader', 'follower', 'partition', 'silent-partition', 'pause', 'kill-holder', 'kill-waiter', 'ensemble'];
+const FAULT_NAMES = [
+  'leader', 'follower', 'partition', 'silent-partition', 'notify-partition', 'pause', 'kill-holder', 'kill-waiter',
+  'rolling-restart', 'foreign-set', 'try-once-outage', 'ensemble',
+];
 if (args.faults !== undefined && !args.faults.split(',').every((f) => FAULT_NAMES.includes(f.trim()))) {
   fail(`--faults expects a comma-separated list of ${FAULT_NAMES.join(', ')}`);
 }
@@ -209,67 +225,7 @@ function watchSession(sessionHex) {
 // ---------------------------------------------------------------------------------------------
 // proxies: one per (worker slot, ensemble member)
 
-class Proxy {
-  sockets = new Set();
-  upstreams = new Set();
-  cutOff = false;
-  /** Nothing passes and nothing closes: a silent partition (the client notices by its own timeout). */
-  silent = false;
-
-  constructor(targetPort) {
-    this.targetPort = targetPort;
-    this.server = net.createServer((client) => {
-      if (this.cutOff) return client.destroy();
-      const upstream = net.connect(this.targetPort, '127.0.0.1');
-      this.sockets.add(client).add(upstream);
-      upstream.once('connect', () => this.upstreams.add(upstream));
-      client.on('data', (chunk) => this.silent || upstream.write(chunk));
-      upstream.on('data', (chunk) => this.silent || client.write(chunk));
-      const close = () => {
-        client.destroy();
-        upstream.destroy();
-        this.sockets.delete(client);
-        this.sockets.delete(upstream);
-        this.upstreams.delete(upstream);
-      };
-      client.on('error', close).on('close', close);
-      upstream.on('error', close).on('close', close);
-    });
-  }
-  listen() {
-    return new Promise((resolve) => this.server.listen(0, '127.0.0.1', () => resolve(this.server.address().port)));
-  }
-  get address() {
-    return `127.0.0.1:${this.server.address().port}`;
-  }
-  /** Live client connections through this proxy to its server. */
-  get connections() {
-    return this.upstreams.size;
-  }
-  cut() {
-    this.cutOff = true;
-    for (const s of this.sockets) s.destroy();
-    this.sockets.clear();
-    this.upstreams.clear();
-  }
-  silence() {
-    this.silent = true;
-  }
-  restore() {
-    this.cutOff = false;
-    if (this.silent) {
-      // Connections opened during the silence never got an answer: start afresh.
-      this.silent = false;
-      for (const s of this.sockets) s.destroy();
-      this.sockets.clear();
-      this.upstreams.clear();
-    }
-  }
-  close() {
-    this.cut();
-    return new Promise((resolve) => this.server.close(() => resolve()));
-  }
-}
+// (scripts/support/tcp-proxy.mjs, shared with the Jest tests)
 
 // ---------------------------------------------------------------------------------------------
 // run state
@@ -430,6 +386,9 @@ function onMessage(slot, child, m) {
     case 'done':
       slot.done = m.stats;
       break;
+    case 'try-once-burst':
+      slot.burst = m;
+      break;
     case 'stuck':
       slot.stuck = m;
       log(`slot ${slot.slot} (pid ${child.pid}) has not stopped: ${JSON.stringify(m)}`);
@@ -442,7 +401,7 @@ function spawnWorker(slot) {
   const cfg = {
     mode: 'work',
     slot: slot.slot,
-    connectString: SERVER_IDS.map((id) => slot.proxies.get(id).address).join(','),
+    connectString: SERVER_IDS.map((id) => slot.proxies.get(id).connectString).join(','),
     sessionTimeoutMs: opts.sessionTimeoutMs,
     base: BASE,
     mutexWorkers: opts.mutexWorkers,
@@ -452,6 +411,7 @@ function spawnWorker(slot) {
     waitMs: opts.waitMs,
     holdMs: opts.holdMs,
     writeRatio: opts.writeRatio,
+    shutdownGraceMs: opts.shutdownGraceMs,
   };
   const child = fork(WORKER, [], {
     cwd: REPO,
@@ -625,7 +585,7 @@ async function partitionHolder(slot, silent = false) {
   if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
   const at = now();
   record.at = at;
-  for (const proxy of slot.proxies.values()) silent ? proxy.silence() : proxy.cut();
+  for (const proxy of slot.proxies.values()) silent ? proxy.blackhole() : proxy.cut();
   const watch = watchSession(hold.sessionId);
   const lost = await until('the partitioned holder to see its lease lost', () => lostEvents.find((e) => e.holdId === hold.holdId), opts.sessionTimeoutMs + 20_000);
   record.lostMs = ms(at, lost?.at);
@@ -641,6 +601,8 @@ async function partitionHolder(slot, silent = false) {
   slot.child.send({ cmd: 'go' });
   const late = await until('the late write', () => lateWrites.find((l) => l.holdId === hold.holdId), 15_000);
   Object.assign(record, holderChecks(at, hold, watch, next), { lateWrite: late ? (late.ok ? 'ACCEPTED' : 'rejected') : 'not made' });
+  // The server still had the session's nodes at lastSeenAt: the signal beat its expiry by at least this.
+  record.marginMs = lost && watch.lastSeenAt !== undefined ? Math.round(watch.lastSeenAt - lost.at) : undefined;
   // Positive: the holder was told only after another process already held the lock (the client
   // must declare the loss before the server's deadline, counted from the last packet it got).
   record.signalAfterNextHolderMs = lost && next ? Math.round(lost.at - next.acquiredAt) : undefined;
@@ -745,6 +707,127 @@ async function killWaiter() {
   return record;
 }
 
+/**
+ * A waiter is silenced (nothing passes, nothing closes) right after a watch event reaches it, e.g.
+ * the deletion that makes it the holder with nothing sent: the server last heard from it earlier.
+ * Its lost signal must still come before the server expires its session.
+ */
+async function notifyPartition(slot) {
+  const record = { fault: 'silent partition right after a watch event reached a waiter', target: `slot ${slot.slot} (pid ${slot.pid})` };
+  const waiting = () => {
+    const workers = [...slot.workers.values()];
+    return workers.some((w) => w.status === 'waiting' && w.lock === 'mutex') && !workers.some((w) => w.status === 'holding' && w.lock === 'mutex');
+  };
+  await until(`slot ${slot.slot} to wait for the mutex`, () => waiting() || undefined, 30_000);
+  const at = now();
+  record.at = at;
+  const sessionId = slot.sessionId;
+  const proxies = [...slot.proxies.values()];
+  const silenced = await Promise.race([...proxies.map((p) => p.blackholeAfterNotification()), sleep(30_000).then(() => undefined)]);
+  for (const proxy of proxies) proxy.blackhole(); // whichever server it reaches next: silence too
+  const silentAt = now();
+  const watch = watchSession(sessionId);
+  const lostState = await until('the silenced worker to declare its session lost', () =>
+    stateEvents.find((e) => e.slot === slot.slot && e.at > at && e.state === 'lost'), opts.sessionTimeoutMs + 20_000);
+  await until('the silenced session to be gone', () => watch.goneAt, opts.sessionTimeoutMs + 20_000);
+  await watch.stop();
+  for (const proxy of proxies) proxy.restore();
+  const held = [...holds.values()].filter((h) => h.slot === slot.slot && h.acquiredAt >= at && h.acquiredAt <= silentAt);
+  record.lostMs = ms(silentAt, lostState?.at);
+  record.lostReason = 'session';
+  record.sessionGoneMs = ms(silentAt, watch.goneAt);
+  record.marginMs = lostState && watch.lastSeenAt !== undefined ? Math.round(watch.lastSeenAt - lostState.at) : undefined;
+  await settle('after the notification partition');
+  record.observed = silenced !== undefined && Boolean(lostState) && watch.goneAt !== undefined && lostState.at <= watch.goneAt;
+  record.evidence =
+    `${silenced === undefined ? 'no watch event came' : 'silenced after a watch event'}; ${held.length} mutex hold(s) began then; ` +
+    `session declared lost ${record.lostMs ?? '-'} ms after the silence, the server's nodes gone after ${record.sessionGoneMs ?? '-'} ms ` +
+    `(lost signal ${record.marginMs === undefined ? '-' : `at least ${record.marginMs} ms`} before the expiry)`;
+  return record;
+}
+
+/** SIGTERM with critical sections in flight (a rolling deploy): holders finish or are told, then a new worker starts. */
+async function rollingRestart(slot) {
+  const record = { fault: 'rolling restart: SIGTERM (shutdown hooks) with holds in flight, then a new worker', target: `slot ${slot.slot} (pid ${slot.pid})` };
+  await until(`slot ${slot.slot} to hold something`, () => [...slot.workers.values()].some((w) => w.status === 'holding') || undefined, 30_000);
+  const at = now();
+  record.at = at;
+  const child = slot.child;
+  const pid = child.pid;
+  child.expectedExit = true;
+  const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
+  process.kill(pid, 'SIGTERM');
+  const how = await Promise.race([exited, sleep(opts.shutdownGraceMs + 20_000).then(() => 'still running')]);
+  record.exitMs = ms(at, now());
+  const shutdownLosses = lostEvents.filter((e) => e.slot === slot.slot && e.at >= at && e.reason === 'shutdown').length;
+  const ended = [...holds.values()].filter((h) => h.pid === pid && (h.endAt ?? 0) >= at).length;
+  spawnWorker(slot);
+  await settle('after the rolling restart');
+  record.observed = how === 0;
+  record.evidence = `exit ${how} after ${record.exitMs} ms; ${ended} hold(s) ended during shutdown, ${shutdownLosses} of them told by signal (reason shutdown)`;
+  return record;
+}
+
+/** A foreign client writes data to every node of the mutex queue, then deletes the holder's node. */
+async function foreignSet() {
+  const record = { fault: 'foreign client: set on every mutex node, then delete the holder\'s node' };
+  const at = now();
+  record.at = at;
+  const connectString = SERVER_IDS.map((id) => `127.0.0.1:${serverPort(id)}`).join(',');
+  const child = fork(WORKER, [], {
+    cwd: REPO,
+    env: { ...process.env, CHAOS_WORKER: JSON.stringify({ mode: 'foreign', connectString, base: BASE, deleteHead: true, deleteAfterMs: 500 }) },
+    stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
+  });
+  let deleting;
+  const result = await new Promise((resolve) => {
+    let answer;
+    child.on('message', (m) => {
+      if (m.t === 'foreign-deleting') deleting = m;
+      if (m.t === 'foreign') answer = m;
+    });
+    child.on('exit', () => resolve(answer));
+    setTimeout(() => child.kill('SIGKILL'), 60_000).unref();
+  });
+  // Its holder at that moment (coalesced holders of one process share a node, and hand it on
+  // until the deletion reaches them) must be told: a lost signal for a hold on that node.
+  const onNode = (e) => e.at >= deleting.at && holds.get(e.holdId)?.path === deleting.path;
+  const lost = deleting ? await until('the holder of the deleted node to be told', () => lostEvents.find(onNode), 10_000) : undefined;
+  const victim = lost ? holds.get(lost.holdId) : undefined;
+  if (victim) victim.foreignDeleted = true;
+  record.lostMs = lost && deleting ? ms(deleting.at, lost.at) : undefined;
+  record.lostReason = lost?.reason;
+  await settle('after the foreign writes');
+  record.observed = Boolean(result && result.set > 0 && (!result.deleted || (victim && lost?.reason === 'node-deleted')));
+  record.evidence = `set data on ${result?.set ?? 0} node(s); deleted ${result?.deleted ? 'the holder\'s node' : 'nothing (no holder then)'}; ` +
+    `its holder ${victim ? (lost ? `told after ${record.lostMs} ms (${lost.reason})` : 'NOT told') : 'unknown'}`;
+  return record;
+}
+
+/** Try-once traffic while a worker is cut off, then while it is silenced: each settles fast with reason connection. */
+async function tryOnceOutage(slot) {
+  const record = { fault: 'try-once acquires while cut off, then while silenced', target: `slot ${slot.slot} (pid ${slot.pid})` };
+  const at = now();
+  record.at = at;
+  const bursts = [];
+  for (const mode of ['cut', 'blackhole']) {
+    for (const proxy of slot.proxies.values()) proxy[mode]();
+    if (mode === 'cut') await until(`slot ${slot.slot} to notice the cut`, () => (slot.state !== 'connected') || undefined, 20_000);
+    slot.burst = undefined;
+    slot.child.send({ cmd: 'try-once-burst', ms: opts.tryOnceBurstMs });
+    bursts.push({ mode, ...(await until('the try-once burst', () => slot.burst, opts.tryOnceBurstMs + 20_000)) });
+    for (const proxy of slot.proxies.values()) proxy.restore();
+    await until(`slot ${slot.slot} to reconnect`, () => (slot.state === 'connected') || undefined, opts.sessionTimeoutMs + 20_000);
+  }
+  record.tryOnce = bursts.map(({ mode, count, maxMs, reasons }) => ({ mode, count, maxMs, reasons }));
+  await settle('after the try-once outage');
+  record.observed = bursts.every((b) => b.count > 0 && b.maxMs <= TRY_ONCE_LIMIT_MS && Object.keys(b.reasons ?? {}).every((r) => r === 'connection'));
+  record.evidence = bursts.map((b) => `${b.mode}: ${b.count ?? 0} try-once, slowest ${b.maxMs ?? '-'} ms, ${JSON.stringify(b.reasons ?? {})}`).join('; ');
+  return record;
+}
+/** A try-once must settle within its 2 s bound (plus timer lag on a busy machine). */
+const TRY_ONCE_LIMIT_MS = 3000;
+
 async function restartEnsemble() {
   const record = { fault: 'whole ensemble killed and restarted', target: 'servers 1,2,3' };
   const at = now();
@@ -825,6 +908,34 @@ function overlaps() {
   return result;
 }
 
+/**
+ * The promise itself, from each holder's own view: the time two holders overlapped while neither
+ * had been told (its interval ends at its lost signal, its release or its death). Only a holder
+ * that was SIGSTOPped through it (it cannot hear anything) or whose node a foreign client deleted
+ * (the deletion reaches it and the next holder at once) is excused.
+ */
+function unawareOverlap() {
+  const exempt = (h) => pausedThrough(h) || h.foreignDeleted;
+  const intervals = [...holds.values()].filter((h) => !exempt(h)).map((h) => ({ ...h, endAt: h.endAt ?? Infinity }));
+  let totalMs = 0;
+  let pairs = 0;
+  const examples = [];
+  const conflict = (a, b) => a.lock === 'mutex' ? b.lock === 'mutex' : a.lock.startsWith('rw-') && b.lock.startsWith('rw-') && (a.lock === 'rw-write' || b.lock === 'rw-write');
+  const sorted = intervals.sort((a, b) => a.acquiredAt - b.acquiredAt);
+  for (let i = 0; i < sorted.length; i++) {
+    for (let j = i + 1; j < sorted.length && sorted[j].acquiredAt < sorted[i].endAt; j++) {
+      const [a, b] = [sorted[i], sorted[j]];
+      if (!conflict(a, b)) continue;
+      const overlap = Math.min(a.endAt, b.endAt) - b.acquiredAt;
+      if (overlap <= 0) continue;
+      pairs++;
+      totalMs += overlap;
+      if (examples.length < 5) examples.push({ a: { holdId: a.holdId, end: a.end, endAt: rel(a.endAt) }, b: { holdId: b.holdId, acquiredAt: rel(b.acquiredAt) }, ms: Math.round(overlap) });
+    }
+  }
+  return { pairs, totalMs: Math.round(totalMs), examples };
+}
+
 /** Successive holders (by acquisition time) whose fencing token does not increase. */
 function tokenInversions(lock) {
   const list = [...holds.values()].filter((h) => h.lock === lock).sort((a, b) => a.acquiredAt - b.acquiredAt);
@@ -899,9 +1010,7 @@ async function main() {
   for (let i = 0; i < opts.processes; i++) {
     const slot = { slot: i, proxies: new Map() };
     for (const id of SERVER_IDS) {
-      const proxy = new Proxy(serverPort(id));
-      await proxy.listen();
-      slot.proxies.set(id, proxy);
+      slot.proxies.set(id, await TcpProxy.start(`127.0.0.1:${serverPort(id)}`));
     }
     slots.push(slot);
     spawnWorker(slot);
@@ -919,6 +1028,10 @@ async function main() {
     pause: () => pauseHolder(slots[1]),
     'kill-holder': () => killHolder(slots[2]),
     'kill-waiter': () => killWaiter(),
+    'notify-partition': () => notifyPartition(slots[1]),
+    'rolling-restart': () => rollingRestart(slots[2]),
+    'foreign-set': () => foreignSet(),
+    'try-once-outage': () => tryOnceOutage(slots[0]),
     ensemble: () => restartEnsemble(),
   };
   const pass = (args.faults ?? Object.keys(FAULTS).join(',')).split(',').map((name) => FAULTS[name.trim()]);
@@ -1007,6 +1120,8 @@ function report({ nodes, orphanList, orphansLater }) {
     lostUpdates: s.mutex.lostUpdates + s.rw.lostUpdates,
     counterConsistent: s.mutex.value === s.mutex.accepted && s.rw.value === s.rw.accepted,
     overlaps: ov,
+    unaware: unawareOverlap(),
+    lostSignalMargins: faults.filter((f) => f.marginMs !== undefined).map((f) => ({ fault: f.fault, marginMs: f.marginMs })),
     unexplainedOverlaps: ov.mutex.unexplained + ov.rw.unexplained + ov.sem.unexplained,
     explainedOverlaps: ov.mutex.explained + ov.rw.explained + ov.sem.explained,
     readerSawWrite,
@@ -1027,13 +1142,14 @@ function report({ nodes, orphanList, orphansLater }) {
     warnings: [...new Set(warnings)].slice(0, 10),
     faults: faults.map((f) => ({ ...f, at: rel(f.at) })),
   };
-  result.allFaultsObserved = faults.length >= (args.faults ? 1 : 7) && faults.every((f) => f.observed);
+  result.allFaultsObserved = faults.length >= (args.faults ? 1 : FAULT_NAMES.length) && faults.every((f) => f.observed);
   result.passed =
     result.staleAccepted === 0 &&
     result.falseRejects === 0 &&
     result.lostUpdates === 0 &&
     result.counterConsistent &&
     result.unexplainedOverlaps === 0 &&
+    result.unaware.pairs === 0 &&
     result.readerSawWrite === 0 &&
     result.tokenInversions === 0 &&
     result.orphans === 0 &&
@@ -1063,6 +1179,12 @@ function printTables(r) {
   row('**lost updates**', r.lostUpdates, '0');
   row('counter = accepted writes', r.counterConsistent ? 'yes' : 'NO', 'yes');
   row('overlapping holders, both still holding by their own account', r.unexplainedOverlaps, '0');
+  row('**time two holders overlapped while neither signal had aborted** (pairs)', `${r.unaware.totalMs} ms (${r.unaware.pairs})`, '0 ms');
+  row(
+    'lost signal before the server expired the session, at least (ms)',
+    r.lostSignalMargins.map((m) => `${m.marginMs}`).join(', ') || '-',
+    '≥ 0',
+  );
   row('overlapping holders, one of them lost, killed or SIGSTOPped (fenced)', r.explainedOverlaps, 'any');
   row('semaphore: most holders at once (all / not lost, killed or paused)', `${r.overlaps.sem.maxConcurrent} / ${r.overlaps.sem.maxConcurrentHealthy}`, `any / ≤ ${r.options.permits}`);
   row('readers that saw a write while holding (not paused / paused through a SIGSTOP)', `${r.readerSawWrite} / ${r.readerSawWritePaused}`, '0 / any');
@@ -1093,6 +1215,7 @@ function printTables(r) {
   }
   out.push('');
   for (const f of r.faults) out.push(`- ${f.fault}: ${f.evidence}`);
+  if (r.unaware.pairs > 0) out.push('', `overlaps while neither was told: ${JSON.stringify(r.unaware.examples)}`);
   if (r.unexplainedOverlaps > 0) out.push('', `overlap examples: ${JSON.stringify([...r.overlaps.mutex.examples, ...r.overlaps.rw.examples, ...r.overlaps.sem.examples])}`);
   if (r.readerSawWrite > 0) out.push('', `readers that saw a write: ${JSON.stringify(r.readerSawWriteExamples)}`);
   if (r.tokenInversions > 0) out.push('', `token inversions: ${JSON.stringify(r.tokenInversionExamples)}`);

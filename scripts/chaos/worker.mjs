@@ -11,7 +11,13 @@
 //   Readers read the value at the start and the end of their hold (it must not change).
 //   Commands from the runner: {cmd:'hold-next', kind:'partition'|'pause'|'kill'} (the next mutex
 //   holder of this process misbehaves on purpose, see faultHold), {cmd:'go'} (the partitioned
-//   holder may now do its late write), {cmd:'stop'} (finish, close the connection, exit).
+//   holder may now do its late write), {cmd:'stop'} (finish, close the connection, exit),
+//   {cmd:'try-once-burst', ms} (try-once acquires of a separate, uncoalesced mutex for `ms`; reports
+//   how long each took to settle and why). SIGTERM is a rolling restart's stop: engine.shutdown()
+//   (holders get `shutdownGraceMs`, then their signals abort), close, exit 0.
+//
+// mode "foreign": a foreign client, connected directly: runs setData on every node of the mutex
+//   queue, and with `deleteHead` deletes the holder's node too; reports what it did.
 //
 // mode "check": connects directly (no proxy) and reports every node under `base` with its stat;
 //   the runner counts the ephemeral ones left behind (orphaned lock nodes).
@@ -64,7 +70,39 @@ function call(message) {
 }
 
 if (cfg.mode === 'check') await check();
+else if (cfg.mode === 'foreign') await foreign();
 else await work();
+
+async function foreign() {
+  const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
+  await connection.connect();
+  const session = connection.session;
+  const path = `${cfg.base}/mutex`;
+  const { children } = await session.getChildren(path);
+  const sorted = [...children].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)));
+  let set = 0;
+  for (const child of sorted) {
+    try {
+      await session.setData(`${path}/${child}`, Buffer.from('__REVOKE__'));
+      set++;
+    } catch {
+      // gone meanwhile
+    }
+  }
+  let deleted;
+  if (cfg.deleteHead && sorted.length > 0) {
+    await sleep(cfg.deleteAfterMs ?? 500);
+    const { children: current } = await session.getChildren(path);
+    const head = [...current].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)))[0];
+    if (head) {
+      deleted = `${path}/${head}`;
+      send({ t: 'foreign-deleting', path: deleted, at: now() });
+      await session.delete(deleted).catch(() => (deleted = undefined));
+    }
+  }
+  await connection.close();
+  await finish({ t: 'foreign', set, deleted, at: now() });
+}
 
 async function check() {
   const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
@@ -98,13 +136,41 @@ async function work() {
     send({ t: 'state', state, previous, sessionId: connection.session?.id, at: now() }),
   );
   await connection.connect();
-  const engine = new LockEngine(connection, { app: 'chaos', instance: `slot${cfg.slot}` });
+  const engine = new LockEngine(connection, { app: 'chaos', instance: `slot${cfg.slot}`, shutdownGraceMs: cfg.shutdownGraceMs });
   engine.onWarning((message) => send({ t: 'warning', message, at: now() }));
   const mutex = new Mutex(engine, 'mutex', `${cfg.base}/mutex`);
   const semaphore = new Semaphore(engine, 'sem', `${cfg.base}/sem`, { permits: cfg.permits });
   const rw = new ReadWriteLock(engine, 'rw', `${cfg.base}/rw`);
 
   const stopping = new AbortController();
+  const tryOnceMutex = new Mutex(engine, 'try-once', `${cfg.base}/try-once`, { coalesce: false });
+  /** Try-once acquires for `ms`, one after the other: each must settle within its bound, and why. */
+  async function tryOnceBurst(ms) {
+    const until = now() + ms;
+    const reasons = {};
+    let maxMs = 0;
+    let count = 0;
+    while (now() < until) {
+      const started = now();
+      const outcome = await tryOnceMutex.acquire({ waitMs: 0 }).then(
+        (lease) => lease.release().then(() => 'acquired'),
+        (error) => error?.reason ?? error?.name ?? 'error',
+      );
+      maxMs = Math.max(maxMs, now() - started);
+      reasons[outcome] = (reasons[outcome] ?? 0) + 1;
+      count++;
+      await sleep(50);
+    }
+    send({ t: 'try-once-burst', count, maxMs: Math.round(maxMs), reasons, at: now() });
+  }
+  // A rolling restart: Nest's shutdown hooks do this on SIGTERM.
+  process.once('SIGTERM', () => {
+    stopping.abort();
+    void engine
+      .shutdown()
+      .then(() => connection.close())
+      .then(() => finish({ t: 'done', stats, shutdown: true, at: now() }));
+  });
   let faultKind;
   let go;
   let goReceived = false;
@@ -115,6 +181,8 @@ async function work() {
       resolve(message);
     } else if (message.cmd === 'hold-next') {
       faultKind = message.kind;
+    } else if (message.cmd === 'try-once-burst') {
+      void tryOnceBurst(message.ms);
     } else if (message.cmd === 'go') {
       goReceived = true;
       go?.();

@@ -1,4 +1,4 @@
-// The short chaos run (scripts/chaos/run.mjs --short, about 60–90 s): a 3-node ensemble of its own,
+// The short chaos run (scripts/chaos/run.mjs --short, about 90–150 s): a 3-node ensemble of its own,
 // 3 worker processes behind loopback proxies, and one of each fault. The runner does the work and
 // writes its result as JSON; this file asserts on it. Needs the built package (npm test builds it).
 import { execFile } from 'node:child_process';
@@ -22,6 +22,8 @@ interface FaultRecord {
   lateWrite?: string;
   /** Lease signal time minus the next holder's acquisition (< 0: told before anyone else held it). */
   signalAfterNextHolderMs?: number;
+  /** At least this long before the server expired the session, the client declared it lost. */
+  marginMs?: number;
 }
 interface ChaosResult {
   options: { sessionTimeoutMs: number };
@@ -32,6 +34,8 @@ interface ChaosResult {
   lostUpdates: number;
   counterConsistent: boolean;
   unexplainedOverlaps: number;
+  /** Holders that overlapped while neither had been told (the library's promise): must be none. */
+  unaware: { pairs: number; totalMs: number };
   overlaps: { sem: { maxConcurrentHealthy: number } };
   readerSawWrite: number;
   tokenInversions: number;
@@ -53,6 +57,10 @@ const FAULTS = [
   'SIGSTOP holder past session timeout, SIGCONT',
   'SIGKILL worker holding the mutex',
   'SIGKILL worker waiting for the mutex',
+  'silent partition right after a watch event reached a waiter',
+  'rolling restart: SIGTERM (shutdown hooks) with holds in flight, then a new worker',
+  "foreign client: set on every mutex node, then delete the holder's node",
+  'try-once acquires while cut off, then while silenced',
   'whole ensemble killed and restarted',
 ];
 
@@ -117,6 +125,7 @@ describe('chaos run (short) on a 3-node ensemble', () => {
   it('never had two holders that both still held by their own account (mutex, write lock, semaphore permits)', () => {
     check(() => {
       expect(result.unexplainedOverlaps).toBe(0);
+      expect(result.unaware).toMatchObject({ pairs: 0, totalMs: 0 });
       expect(result.readerSawWrite).toBe(0);
       expect(result.overlaps.sem.maxConcurrentHealthy).toBeLessThanOrEqual(2);
     });
@@ -155,7 +164,10 @@ describe('chaos run (short) on a 3-node ensemble', () => {
         expect(f.signalAfterNextHolderMs).toBeLessThan(0);
         expect(f.nextAfterSessionGone).toBe(true);
         expect(f.lateWrite).toBe('rejected');
+        expect(f.marginMs).toBeGreaterThanOrEqual(0);
       }
+      const notified = result.faults.find((x) => x.fault.startsWith('silent partition right after a watch event'))!;
+      expect(notified.marginMs).toBeGreaterThanOrEqual(0);
     });
   });
 
