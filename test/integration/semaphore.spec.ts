@@ -365,9 +365,10 @@ describe('Semaphore against a real ZooKeeper', () => {
       expect(new Set(group.leases.map((l) => l.path)).size).toBe(3);
       await group.leases[1]!.release();
       expect((await childrenOf(observer, `${path}/leases`)).sort()).toEqual([nameOf(group.leases[0]!), nameOf(group.leases[2]!)].sort());
-      expect(group.isHeld).toBe(true);
+      expect(group.isHeld).toBe(false); // it no longer holds all it asked for
+      expect(group.leases.map((l) => l.isHeld)).toEqual([true, false, true]);
       await group.release();
-      expect(group.isHeld).toBe(false);
+      expect(group.leases.map((l) => l.isHeld)).toEqual([false, false, false]);
       expect(await childrenOf(observer, `${path}/leases`)).toEqual([]);
     });
 
