@@ -3,12 +3,17 @@
 // Types: tcp-proxy.d.mts. Only node builtins.
 import net from 'node:net';
 
+/** ZooKeeper's watch event types (WatcherEvent.type) by the names the filter uses. */
+const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
+
 /**
  * `cut()` drops every connection and refuses new ones; `dropReplies()` forwards requests but
  * swallows the server's answers (a lost reply); `blackhole()` forwards nothing either way and
- * closes nothing (a silent partition); `blackholeAfterNotification()` does the same right after
- * the next watch event reaches the client; `restore()` drops current connections and forwards
- * normally again. `lastClientPacketAt` is when the server last heard from the client.
+ * closes nothing (a silent partition; with `holdCloses`, not even the close of one side reaches
+ * the other); `blackholeAfterNotification()` does the same right after the next watch event
+ * (optionally: the next one of a type, on a path, after the client was quiet) reaches the client;
+ * `restore()` drops current connections and forwards normally again. `lastClientPacketAt` is
+ * when the server last heard from the client.
  */
 export class TcpProxy {
   /** @type {Set<net.Socket>} */
@@ -19,6 +24,14 @@ export class TcpProxy {
   mode = 'open';
   /** Date.now() when a client packet was last forwarded to the server. */
   lastClientPacketAt = 0;
+  /** performance.timeOrigin + performance.now() of the same moment (sub-millisecond, for the chaos runner). */
+  lastClientPacketTime = 0;
+  /** The watch event after which blackholeAfterNotification() went silent. */
+  silencedAfter = undefined;
+  /** While silent, a close on one side does not reach the other either (until restore()). */
+  holdCloses = false;
+  /** @type {((event: {type: string, path: string}) => boolean) | undefined} */
+  notificationFilter;
   /** @type {(() => void) | undefined} */
   notified;
 
@@ -55,16 +68,18 @@ export class TcpProxy {
     client.on('data', (chunk) => {
       if (this.mode === 'blackhole') return;
       this.lastClientPacketAt = Date.now();
+      this.lastClientPacketTime = performance.timeOrigin + performance.now();
       upstream.write(chunk);
     });
     const replies = new ReplyFrames();
     upstream.on('data', (chunk) => {
-      const upTo = replies.endOfFirstNotification(chunk); // parsed in every mode, to stay in step
+      // Parsed in every mode, to stay in step with the frames.
+      const match = replies.endOfFirstNotification(chunk, this.mode === 'blackhole-after-notification' ? this.notificationFilter : undefined);
       if (this.mode === 'open') return client.write(chunk);
       if (this.mode !== 'blackhole-after-notification') return;
-      // Forward whole frames up to and including the first notification, then go silent.
-      client.write(upTo === undefined ? chunk : chunk.subarray(0, upTo));
-      if (upTo !== undefined) this.goSilentAfterNotification();
+      // Forward whole frames up to and including the (first matching) notification, then go silent.
+      client.write(match === undefined ? chunk : chunk.subarray(0, match.end));
+      if (match !== undefined) this.goSilentAfterNotification(match.event);
     });
     const close = () => {
       client.destroy();
@@ -73,8 +88,16 @@ export class TcpProxy {
       this.sockets.delete(upstream);
       this.upstreams.delete(upstream);
     };
-    client.on('error', close).on('close', close);
-    upstream.on('error', close).on('close', close);
+    // With `holdCloses`, a silent link does not carry a close either: the side that closed goes,
+    // the other stays open (and hears nothing) until restore().
+    const closeSide = (socket) => () => {
+      if (!(this.holdCloses && this.mode === 'blackhole')) return close();
+      socket.destroy();
+      this.sockets.delete(socket);
+      this.upstreams.delete(socket);
+    };
+    client.on('error', closeSide(client)).on('close', closeSide(client));
+    upstream.on('error', closeSide(upstream)).on('close', closeSide(upstream));
   }
 
   cut() {
@@ -86,18 +109,36 @@ export class TcpProxy {
     this.mode = 'drop-replies';
   }
 
-  blackhole() {
+  blackhole(options) {
     this.mode = 'blackhole';
+    if (options?.holdCloses) this.holdCloses = true;
   }
 
-  /** Resolves with Date.now() when the watch event has passed and the silence began. */
-  blackholeAfterNotification() {
+  /**
+   * Forwards normally until a watch event reaches the client, forwards that event, then goes
+   * silent as blackhole(). With `filter`, only an event of that `type` ('created', 'deleted',
+   * 'changed', 'child') on `path` or under it (`path` + '/') counts, and with `minQuietMs` only
+   * one that comes when the client has sent nothing for that long (the server last heard from it
+   * that long ago); the others pass. Resolves with Date.now() then.
+   */
+  blackholeAfterNotification(filter) {
     this.mode = 'blackhole-after-notification';
+    if (filter?.holdCloses) this.holdCloses = true;
+    this.silencedAfter = undefined;
+    this.notificationFilter =
+      filter === undefined
+        ? undefined
+        : (event) =>
+            (filter.type === undefined || event.type === filter.type) &&
+            (filter.path === undefined || event.path === filter.path || event.path.startsWith(`${filter.path}/`)) &&
+            (filter.minQuietMs === undefined || performance.timeOrigin + performance.now() - this.lastClientPacketTime >= filter.minQuietMs);
     return new Promise((resolve) => (this.notified = () => resolve(Date.now())));
   }
 
-  goSilentAfterNotification() {
+  goSilentAfterNotification(event) {
     this.mode = 'blackhole';
+    this.silencedAfter = event;
+    this.notificationFilter = undefined;
     this.notified?.();
     this.notified = undefined;
   }
@@ -105,6 +146,7 @@ export class TcpProxy {
   restore() {
     this.dropConnections();
     this.mode = 'open';
+    this.holdCloses = false;
   }
 
   dropConnections() {
@@ -121,14 +163,18 @@ export class TcpProxy {
 
 /**
  * Splits the server's stream into frames (4-byte length, then the body). The first frame of a
- * connection is the connect response; every later one starts with its xid, -1 for a watch event.
+ * connection is the connect response; every later one starts with its reply header (xid, zxid,
+ * err), xid -1 for a watch event, whose body is a WatcherEvent (type, state, path).
  */
 class ReplyFrames {
   pending = Buffer.alloc(0);
   sawConnectResponse = false;
 
-  /** Offset in `chunk` just past the first notification frame that this chunk completes, if any. */
-  endOfFirstNotification(chunk) {
+  /**
+   * The first notification frame that this chunk completes and `accept` (if given) accepts:
+   * `end` is the offset in `chunk` just past it.
+   */
+  endOfFirstNotification(chunk, accept) {
     const before = this.pending.length;
     this.pending = Buffer.concat([this.pending, chunk]);
     let offset = 0;
@@ -138,10 +184,22 @@ class ReplyFrames {
       if (this.pending.length < end) break;
       const isNotification = this.sawConnectResponse && end - offset >= 8 && this.pending.readInt32BE(offset + 4) === -1;
       this.sawConnectResponse = true;
+      if (isNotification && found === undefined) {
+        const event = parseWatcherEvent(this.pending.subarray(offset + 4, end));
+        if (!accept || (event && accept(event))) found = { end: end - before, event };
+      }
       offset = end;
-      if (isNotification && found === undefined) found = offset - before;
     }
     this.pending = this.pending.subarray(offset);
     return found;
   }
+}
+
+/** Reply header (xid 4, zxid 8, err 4), then type 4, state 4, path (length 4 + UTF-8). */
+function parseWatcherEvent(body) {
+  if (body.length < 28) return undefined;
+  const type = body.readInt32BE(16);
+  const length = body.readInt32BE(24);
+  const path = length > 0 && body.length >= 28 + length ? body.toString('utf8', 28, 28 + length) : '';
+  return { type: EVENT_TYPES[type] ?? String(type), path };
 }
