@@ -1,4 +1,4 @@
-import { Controller, Injectable, Module, Param, Post, type INestApplicationContext } from '@nestjs/common';
+import { Controller, Injectable, Module, Param, Post, type INestApplication, type INestApplicationContext } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { InvalidOptionError, ZkConnectError } from '../../lib/core/errors.js';
@@ -25,6 +25,26 @@ async function serverSessions(): Promise<string> {
 }
 
 afterAll(closeAll);
+
+/** An HTTP app with the module and `controller`, listening on a free loopback port. */
+async function listen(controller: new (...args: never[]) => unknown): Promise<{ app: INestApplication; url: string }> {
+  const moduleRef = await Test.createTestingModule({
+    imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })],
+    controllers: [controller],
+  }).compile();
+  const app = moduleRef.createNestApplication({ logger: false });
+  await app.listen(0, '127.0.0.1');
+  return { app, url: (await app.getUrl()).replace('[::1]', '127.0.0.1') };
+}
+
+/** `inside` resolves once a handler called `entered()`; the handler waits for `gate` until `letGo()`. */
+function handlerGate() {
+  let entered!: () => void;
+  const inside = new Promise<void>((resolve) => (entered = resolve));
+  let letGo!: () => void;
+  const gate = new Promise<void>((resolve) => (letGo = resolve));
+  return { entered, inside, letGo, gate };
+}
 
 describe('ZkLockModule', () => {
   it('boots with forRoot, injects LockService and reports the connection state', async () => {
@@ -133,10 +153,7 @@ describe('ZkLockModule', () => {
   });
 
   it('app.close() with an HTTP request inside its critical section: the request finishes holding the lock, nobody else takes it meanwhile', async () => {
-    let entered!: () => void;
-    const inside = new Promise<void>((resolve) => (entered = resolve));
-    let letGo!: () => void;
-    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    const { entered, inside, letGo, gate } = handlerGate();
     @Controller('orders')
     class OrdersController {
       @Post(':id')
@@ -147,13 +164,7 @@ describe('ZkLockModule', () => {
         return { fencingToken: String(LockContext.current()!.fencingToken) };
       }
     }
-    const moduleRef = await Test.createTestingModule({
-      imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })],
-      controllers: [OrdersController],
-    }).compile();
-    const app = moduleRef.createNestApplication({ logger: false });
-    await app.listen(0, '127.0.0.1');
-    const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const { app, url } = await listen(OrdersController);
     const otherEngine = await engine();
     const other = new LockService(otherEngine, otherEngine.connection);
 
@@ -174,10 +185,7 @@ describe('ZkLockModule', () => {
   });
 
   it('app.close() lets a request in flight take a lock after close began: lock shutdown waits for the HTTP server to close', async () => {
-    let entered!: () => void;
-    const inside = new Promise<void>((resolve) => (entered = resolve));
-    let letGo!: () => void;
-    const gate = new Promise<void>((resolve) => (letGo = resolve));
+    const { entered, inside, letGo, gate } = handlerGate();
     @Controller('late')
     class LateController {
       constructor(private readonly locks: LockService) {}
@@ -188,13 +196,7 @@ describe('ZkLockModule', () => {
         return this.locks.withLock('e2e-close-late', (lease) => lease.path);
       }
     }
-    const moduleRef = await Test.createTestingModule({
-      imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })],
-      controllers: [LateController],
-    }).compile();
-    const app = moduleRef.createNestApplication({ logger: false });
-    await app.listen(0, '127.0.0.1');
-    const url = (await app.getUrl()).replace('[::1]', '127.0.0.1');
+    const { app, url } = await listen(LateController);
     const response = fetch(`${url}/late`, { method: 'POST' });
     await inside;
     const closing = app.close();

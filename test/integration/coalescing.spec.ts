@@ -10,7 +10,7 @@ import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { delay, nameOf, nodesOf, notAcquired, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
+import { delay, nameOf, nodesOf, notAcquired, untilChildCount, untilWatching, within, whenAborted } from '../support/lock-test-helpers.js';
 
 // Many tests open several sessions: close them after each test so they do not pile up.
 afterEach(closeAll);
@@ -20,14 +20,6 @@ afterAll(closeAll);
 const tick = () => new Promise<void>((resolve) => setImmediate(resolve));
 
 /** Resolves with the signal's reason once it aborts. */
-function whenAborted(signal: AbortSignal, timeoutMs = 20_000): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return resolve(signal.reason);
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
-    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
-  });
-}
-
 /** The parent's cversion: it grows with every child created or deleted under `path`. */
 async function cversionOf(observer: ZkConnection, path: string): Promise<number> {
   const stat = await observer.session!.exists(path);

@@ -9,7 +9,7 @@ import { Semaphore } from '../../lib/core/semaphore.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { delay, nameOf, notAcquired, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
+import { delay, nameOf, notAcquired, untilChildCount, untilWatching, whenAborted } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
@@ -21,14 +21,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await proxy.close();
 });
-
-function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return resolve(signal.reason);
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
-    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
-  });
-}
 
 describe('mutual exclusion under faults', () => {
   it('a holder made by the "predecessor was head" shortcut and silenced right after that event loses its signal before the server can expire its session', async () => {

@@ -7,18 +7,10 @@ import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { nameOf, notAcquired, untilChildCount, nodesOf, sessionIdOf, sessionsWatching, untilWatching, delay } from '../support/lock-test-helpers.js';
+import { nameOf, notAcquired, untilChildCount, nodesOf, sessionIdOf, sessionsWatching, untilWatching, delay, whenAborted } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
-
-function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return resolve(signal.reason);
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
-    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
-  });
-}
 
 let proxy: TcpProxy;
 beforeEach(async () => {

@@ -7,7 +7,7 @@ import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath, zkConnectString } from '../support/helpers.js';
-import { nameOf, notAcquired, sessionIdOf, sessionsWatching, delay } from '../support/lock-test-helpers.js';
+import { nameOf, notAcquired, sessionIdOf, sessionsWatching, delay, whenAborted } from '../support/lock-test-helpers.js';
 
 // Many tests open several sessions: close them after each test so they do not pile up.
 afterEach(closeAll);
@@ -17,14 +17,6 @@ afterAll(closeAll);
 const NODE_NAME = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lock-\d{10}$/;
 
 /** Resolves with the signal's reason once it aborts. */
-function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return resolve(signal.reason);
-    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
-    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
-  });
-}
-
 /** Polls the children of `path` until there are `count` of them; returns them. */
 async function untilChildCount(observer: ZkConnection, path: string, count: number): Promise<string[]> {
   let children: string[] = [];

@@ -63,3 +63,12 @@ export async function untilWatching(nodePath: string, sessionHex: string): Promi
 }
 
 export const delay = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** Resolves with the signal's reason once it aborts (at once if it has), or rejects after `timeoutMs`. */
+export function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<unknown> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return resolve(signal.reason);
+    const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
+    signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
+  });
+}
