@@ -22,17 +22,25 @@
 //   follower a client is connected to (restarted), a holder partitioned past its session timeout
 //   with its connections closed and silently (nothing passes, nothing closes; its late write must
 //   be rejected), SIGSTOP of a holder past the session timeout then SIGCONT,
-//   the whole ensemble killed and restarted, a worker SIGKILLed while holding and while waiting,
-//   a waiter silenced right after a watch event reached it, a rolling restart (SIGTERM: shutdown
-//   with holds in flight), a foreign client's `set` on every lock node (then a delete of the
-//   holder's), try-once traffic while a worker is cut off and while it is silenced;
+//   the whole ensemble killed and restarted (with try-once traffic from every worker while it is
+//   down), a worker SIGKILLed while holding and while waiting, the worker next in line silenced
+//   right after the watch event that makes it the holder (the head's deletion) reached it, a
+//   rolling restart (SIGTERM with a critical section longer than shutdownGraceMs and short ones
+//   in flight: engine.shutdown(), close, exit 0, then a new worker), a foreign client's `set` on
+//   every lock node (twice, while a holder is in a long critical section) then a delete of that
+//   holder's node, try-once traffic while a worker is cut off and while it is silenced;
+// - watches the ensemble all along (the observer: the leader's `dump` every 100 ms) to know when
+//   each lock node disappeared;
 // - stops the workers, waits for the dead sessions to expire, counts the lock nodes left behind
 //   from a fresh client, stops the ensemble and prints the tables (exit code 1 if a check failed).
 //
-// --short: one pass over the faults with a 4 s session timeout (the Jest variant, about 60–90 s).
+// --short: one pass over the faults with a 4 s session timeout (the Jest variant, about 90 s).
 // Default: 150 s (--seconds), 6 s session timeout; faults repeat until the time is up (one full
 // pass always runs). --json FILE writes the result; exit code 0 = every check passed, 1 = a check
 // failed, 2 = the run itself failed.
+//
+// One clock: every process reports process.hrtime (CLOCK_MONOTONIC, shared by all processes of
+// the machine); the proxies' timestamps are converted to it.
 //
 // Fault table: "fault → ..." times are measured from the fault: for server kills from the moment
 // the killed server(s) are certainly gone, for holder faults from the cut / SIGSTOP / SIGKILL.
@@ -41,11 +49,17 @@
 // acquisition with the last poll that still listed them (sound, no false alarm). Overlaps: two
 // holders whose own intervals [acquired, released-or-lost] overlap; those involving a holder that
 // was lost, SIGKILLed or SIGSTOPped are expected (fencing is what protects the data then), any
-// other is a failure. Stricter, the promise itself: the time two holders overlapped while neither
-// signal had aborted (each holder's interval ends at its own lost signal), excusing only SIGSTOPped
-// holders and the holder whose node the foreign client deleted, must be 0; and each partition
-// reports by how much its lost signal beat the server's expiry (the last poll that still saw the
-// session's nodes). Stale writes are judged by acquisition order, independently of the tokens.
+// other is a failure.
+// The promise itself ("while lease.signal has not aborted, nobody else holds the lock"), from each
+// holder's own view (workers report when acquire() resolved, when the signal aborted, when they
+// stopped using the lock): the time two holders of a lock overlapped while neither signal had
+// aborted (semaphore: more than `permits` such holders at once) must be 0, excusing only holders
+// SIGSTOPped through their hold and the holder whose node the foreign client deleted. And every
+// lost signal is judged against the server's end of that hold (its node disappeared as the
+// observer saw it, or another holder acquired): a signal after it is LATE (a failure). Try-once
+// calls during outages must fail for want of a connection within 2 s (+ 250 ms for timers firing
+// late; the worker's worst event-loop delay is reported alongside). Stale writes are judged by
+// acquisition order, independently of the tokens.
 import { execFile, fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import net from 'node:net';
@@ -222,6 +236,78 @@ function watchSession(sessionHex) {
   return watch;
 }
 
+/** Every ephemeral node (path → session, bigint) in the `dump` of server `id`. */
+async function ephemeralNodes(id) {
+  const text = await fourLetter(serverPort(id), 'dump', 2000);
+  const start = text.indexOf('Sessions with Ephemerals');
+  if (start < 0) throw new Error('no ephemerals section in dump');
+  const end = text.indexOf('Connections dump', start);
+  const nodes = new Map();
+  let session;
+  for (const line of text.slice(start, end < 0 ? undefined : end).split('\n')) {
+    const header = /^0x([0-9a-fA-F]+):$/.exec(line.trim());
+    if (header) session = BigInt(`0x${header[1]}`);
+    else if (session !== undefined && line.trim().startsWith('/')) nodes.set(line.trim(), session);
+  }
+  return nodes;
+}
+
+/**
+ * The observer: polls the leader's `dump` every 100 ms for the whole run and keeps, for every lock
+ * node it ever saw, `lastSeenAt` (when the last poll that still listed it was sent: it certainly
+ * existed then) and `goneAt` (when the first poll without it came back: it was certainly gone).
+ * A lost signal is judged against these: the server's expiry of a session (or a release) is the
+ * moment its nodes disappear.
+ */
+const nodeLog = new Map();
+const observer = { polls: 0, errors: 0, stopped: false, snapshot: undefined, done: undefined };
+function startObserver() {
+  const live = new Set();
+  let leader;
+  observer.done = (async () => {
+    while (!observer.stopped) {
+      const sentAt = now();
+      try {
+        leader ??= (await leaders())[0];
+        if (leader === undefined) throw new Error('no leader');
+        const nodes = await ephemeralNodes(leader);
+        const repliedAt = now();
+        for (const [path, session] of nodes) {
+          if (!path.startsWith(`${BASE}/`)) continue;
+          const entry = nodeLog.get(path);
+          if (entry) entry.lastSeenAt = sentAt;
+          else {
+            nodeLog.set(path, { session, lastSeenAt: sentAt });
+            live.add(path);
+          }
+        }
+        for (const path of live) {
+          if (nodes.has(path)) continue;
+          nodeLog.get(path).goneAt = repliedAt;
+          live.delete(path);
+        }
+        observer.snapshot = { at: repliedAt, nodes };
+        observer.polls++;
+      } catch {
+        observer.errors++;
+        leader = undefined;
+      }
+      await sleep(100);
+    }
+  })();
+}
+async function stopObserver() {
+  observer.stopped = true;
+  await observer.done;
+}
+
+/** The mutex queue as the observer saw it last: [{path, session}] by sequence number. */
+function mutexQueue() {
+  const prefix = `${BASE}/mutex/`;
+  const nodes = observer.snapshot ? [...observer.snapshot.nodes].filter(([path]) => path.startsWith(prefix) && !path.slice(prefix.length).includes('/')) : [];
+  return nodes.map(([path, session]) => ({ path, session })).sort((a, b) => a.path.slice(-10).localeCompare(b.path.slice(-10)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // proxies: one per (worker slot, ensemble member)
 
@@ -348,7 +434,7 @@ function onMessage(slot, child, m) {
       slot.workers.set(m.w, { status: 'waiting', lock: m.lock, since: m.at });
       break;
     case 'acquired':
-      acquisitions[m.lock]++;
+      acquisitions[m.lock] = (acquisitions[m.lock] ?? 0) + 1;
       holds.set(m.holdId, { ...m, slot: slot.slot, pid: child.pid, end: 'open' });
       slot.workers.set(m.w, { status: 'holding', lock: m.lock, since: m.at, holdId: m.holdId });
       break;
@@ -364,8 +450,13 @@ function onMessage(slot, child, m) {
       lostEvents.push({ slot: slot.slot, holdId: m.holdId, lock: m.lock, reason: m.reason, name: m.name, at: m.at });
       break;
     }
+    case 'release-done': {
+      const hold = holds.get(m.holdId);
+      if (hold) hold.releasedAt = m.at;
+      break;
+    }
     case 'error': {
-      const key = `${m.name}${m.reason ? `(${m.reason})` : ''} on ${m.op}`;
+      const key = `${m.name}${m.reason ? `(${m.reason})` : ''} on ${m.op}${m.shutdown ? ' (shutting down)' : ''}`;
       errorsByType.set(key, (errorsByType.get(key) ?? 0) + 1);
       if (args.verbose) log(`slot ${slot.slot}: ${m.lock} ${m.op}: ${m.name} ${m.reason ?? ''} ${m.message}`);
       break;
@@ -388,6 +479,12 @@ function onMessage(slot, child, m) {
       break;
     case 'try-once-burst':
       slot.burst = m;
+      break;
+    case 'quiet':
+      slot.quietIdle = m.idle;
+      break;
+    case 'notify-held':
+      slot.notifyHeld = m;
       break;
     case 'stuck':
       slot.stuck = m;
@@ -585,7 +682,7 @@ async function partitionHolder(slot, silent = false) {
   if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
   const at = now();
   record.at = at;
-  for (const proxy of slot.proxies.values()) silent ? proxy.blackhole() : proxy.cut();
+  for (const proxy of slot.proxies.values()) silent ? proxy.blackhole({ holdCloses: true }) : proxy.cut();
   const watch = watchSession(hold.sessionId);
   const lost = await until('the partitioned holder to see its lease lost', () => lostEvents.find((e) => e.holdId === hold.holdId), opts.sessionTimeoutMs + 20_000);
   record.lostMs = ms(at, lost?.at);
@@ -708,101 +805,293 @@ async function killWaiter() {
 }
 
 /**
- * A waiter is silenced (nothing passes, nothing closes) right after a watch event reaches it, e.g.
- * the deletion that makes it the holder with nothing sent: the server last heard from it earlier.
- * Its lost signal must still come before the server expires its session.
+ * The waiter next in line is silenced (nothing passes, nothing closes) right after the watch event
+ * that makes it the holder reaches it: the deletion of the head node, after which it holds without
+ * sending anything, so the server last heard from it before that. Its lost signal must still come
+ * before the server expires its session, i.e. before another process takes the lock.
+ * The sharp case, on a mutex of its own ("notify"): every worker pauses its loops, slot H holds
+ * the notify mutex, slot T queues behind it; once the server has not heard from T for a quarter of
+ * the session timeout (T's next heartbeat is due), H releases (and queues again at once). The
+ * deletion reaches T, which holds at once; T's link goes silent right after. Then the library's
+ * deadline (counted from T's last answered request) comes before the C client's own receive
+ * timeout (2/3 of the session timeout after the event), while the socket still looks connected.
+ * Tried again (up to 3 times, 2 with --short) when a heartbeat got in between.
  */
-async function notifyPartition(slot) {
-  const record = { fault: 'silent partition right after a watch event reached a waiter', target: `slot ${slot.slot} (pid ${slot.pid})` };
-  const waiting = () => {
-    const workers = [...slot.workers.values()];
-    return workers.some((w) => w.status === 'waiting' && w.lock === 'mutex') && !workers.some((w) => w.status === 'holding' && w.lock === 'mutex');
-  };
-  await until(`slot ${slot.slot} to wait for the mutex`, () => waiting() || undefined, 30_000);
-  const at = now();
-  record.at = at;
-  const sessionId = slot.sessionId;
-  const proxies = [...slot.proxies.values()];
-  const silenced = await Promise.race([...proxies.map((p) => p.blackholeAfterNotification()), sleep(30_000).then(() => undefined)]);
-  for (const proxy of proxies) proxy.blackhole(); // whichever server it reaches next: silence too
-  const silentAt = now();
-  const watch = watchSession(sessionId);
-  const lostState = await until('the silenced worker to declare its session lost', () =>
-    stateEvents.find((e) => e.slot === slot.slot && e.at > at && e.state === 'lost'), opts.sessionTimeoutMs + 20_000);
-  await until('the silenced session to be gone', () => watch.goneAt, opts.sessionTimeoutMs + 20_000);
-  await watch.stop();
-  for (const proxy of proxies) proxy.restore();
-  const held = [...holds.values()].filter((h) => h.slot === slot.slot && h.acquiredAt >= at && h.acquiredAt <= silentAt);
-  record.lostMs = ms(silentAt, lostState?.at);
-  record.lostReason = 'session';
-  record.sessionGoneMs = ms(silentAt, watch.goneAt);
-  record.marginMs = lostState && watch.lastSeenAt !== undefined ? Math.round(watch.lastSeenAt - lostState.at) : undefined;
-  await settle('after the notification partition');
-  record.observed = silenced !== undefined && Boolean(lostState) && watch.goneAt !== undefined && lostState.at <= watch.goneAt;
+async function notifyPartition() {
+  const record = { fault: 'silent partition right after a watch event reached a waiter' };
+  const tries = [];
+  try {
+    for (let i = 0; i < (short ? 2 : 3); i++) {
+      const one = await notifyPartitionOnce();
+      tries.push(one);
+      if (one.madeHolder) break;
+    }
+  } finally {
+    for (const slot of liveSlots()) slot.child.send({ cmd: 'quiet', on: false });
+  }
+  const last = tries[tries.length - 1];
+  Object.assign(record, last, { tries: tries.length });
+  record.observed = Boolean(last.madeHolder && last.lostBeforeExpiry);
   record.evidence =
-    `${silenced === undefined ? 'no watch event came' : 'silenced after a watch event'}; ${held.length} mutex hold(s) began then; ` +
-    `session declared lost ${record.lostMs ?? '-'} ms after the silence, the server's nodes gone after ${record.sessionGoneMs ?? '-'} ms ` +
-    `(lost signal ${record.marginMs === undefined ? '-' : `at least ${record.marginMs} ms`} before the expiry)`;
+    (tries.length > 1 ? `${tries.length} tries (${tries.slice(0, -1).map((t) => t.summary).join('; ')}); ` : '') + last.summary;
+  await settle('after the notification partition');
   return record;
 }
 
-/** SIGTERM with critical sections in flight (a rolling deploy): holders finish or are told, then a new worker starts. */
+async function notifyPartitionOnce() {
+  const live = liveSlots().filter((s) => s.ready && s.state === 'connected');
+  if (live.length < 2) return { at: now(), madeHolder: false, summary: 'fewer than two connected workers' };
+  // Everyone quiet: the loops pause before their next acquire.
+  for (const slot of live) {
+    slot.quietIdle = false;
+    slot.child.send({ cmd: 'quiet', on: true });
+  }
+  for (const m of ['notifyHeld']) for (const slot of live) slot[m] = undefined;
+  const idle = await until('the workers to pause their loops', () => live.every((s) => s.quietIdle) || undefined, 30_000);
+  const [target, head] = [live[live.length - 1], live[0]];
+  const result = { target: `slot ${target.slot} (pid ${target.pid}) behind slot ${head.slot}`, at: now() };
+  if (!idle) return { ...result, madeHolder: false, summary: 'the workers did not pause' };
+  head.child.send({ cmd: 'notify-hold', again: true });
+  const held = await until('the notify mutex to be held', () => head.notifyHeld, 10_000);
+  if (!held) return { ...result, madeHolder: false, summary: 'the notify mutex was not held' };
+  target.child.send({ cmd: 'notify-wait' });
+  const queued = await until('the target to queue for the notify mutex', () => {
+    const prefix = `${BASE}/notify/`;
+    const nodes = observer.snapshot ? [...observer.snapshot.nodes].filter(([path]) => path.startsWith(prefix)) : [];
+    return nodes.some(([, session]) => target.sessionId && session === sid(target.sessionId)) || undefined;
+  }, 10_000);
+  if (!queued) {
+    head.child.send({ cmd: 'notify-release' });
+    return { ...result, madeHolder: false, summary: 'the target did not queue' };
+  }
+  const armedAt = now();
+  result.at = armedAt;
+  const sessionId = target.sessionId;
+  const proxies = [...target.proxies.values()];
+  const quietFor = () => performance.timeOrigin + performance.now() - Math.max(...proxies.map((p) => p.lastClientPacketTime));
+  const silence = Promise.race([
+    ...proxies.map((p) => p.blackholeAfterNotification({ type: 'deleted', path: held.path, minQuietMs: HEARTBEAT_AGE_MS, holdCloses: true }).then(() => p)),
+    sleep(15_000).then(() => undefined),
+  ]);
+  // Let go once the server has not heard from the target for the heartbeat's age (+10 ms).
+  await until(undefined, () => quietFor() >= HEARTBEAT_AGE_MS + 10 || undefined, 10_000);
+  // Sharper than the 100 ms poll of `until`: spin on short timers for the last stretch.
+  while (quietFor() < HEARTBEAT_AGE_MS + 10) await sleep(1);
+  head.child.send({ cmd: 'notify-release' });
+  const releasedAt = now();
+  const silenced = await Promise.race([silence, sleep(5000).then(() => undefined)]);
+  for (const proxy of proxies) proxy.blackhole({ holdCloses: true }); // whichever server it tries next: silent too
+  const silentAt = now();
+  if (!silenced) {
+    for (const proxy of proxies) proxy.restore();
+    // It holds the notify mutex normally: let go, and let the other one take it once more.
+    await until(undefined, () => [...holds.values()].some((h) => h.lock === 'notify' && h.pid === target.pid && h.acquiredAt > releasedAt) || undefined, 10_000);
+    target.child.send({ cmd: 'notify-release' });
+    await until(undefined, () => [...holds.values()].some((h) => h.lock === 'notify' && h.pid === head.pid && h.acquiredAt > releasedAt && h.end !== 'open') || undefined, 10_000);
+    return { ...result, madeHolder: false, summary: `the head's deletion reached slot ${target.slot} after it had sent something (a heartbeat?) within ${HEARTBEAT_AGE_MS} ms` };
+  }
+  // The server last heard from the client then (proxy clock → ours).
+  const lastHeard = Math.max(...proxies.map((p) => p.lastClientPacketTime)) + PERF_TO_NOW;
+  const watch = watchSession(sessionId);
+  const lostState = await until('the silenced worker to declare its session lost', () =>
+    stateEvents.find((e) => e.slot === target.slot && e.at > armedAt && e.state === 'lost'), opts.sessionTimeoutMs + 20_000);
+  await until('the silenced session to be gone', () => watch.goneAt, opts.sessionTimeoutMs + 20_000);
+  const next = await until('the released holder to take the notify mutex again', () =>
+    [...holds.values()].find((h) => h.lock === 'notify' && h.pid === head.pid && h.acquiredAt > releasedAt), 10_000);
+  await watch.stop();
+  for (const proxy of proxies) proxy.restore();
+  const hold = [...holds.values()].find((h) => h.pid === target.pid && h.lock === 'notify' && h.acquiredAt > armedAt);
+  const lost = hold && (await until('the silenced holder to be told', () => lostEvents.find((e) => e.holdId === hold.holdId), 10_000));
+  const toldAt = lost?.at ?? lostState?.at;
+  Object.assign(result, {
+    event: `${silenced.silencedAfter?.type} ${silenced.silencedAfter?.path}`,
+    madeHolder: Boolean(hold),
+    lostMs: ms(silentAt, toldAt),
+    lostReason: lost?.reason,
+    sessionGoneMs: ms(silentAt, watch.goneAt),
+    nextHolderMs: ms(silentAt, next?.acquiredAt),
+    // At least this long before the server expired the session (its nodes were still there).
+    marginMs: toldAt !== undefined && watch.lastSeenAt !== undefined ? Math.round(watch.lastSeenAt - toldAt) : undefined,
+    // ... and this long before the earliest moment it could have: one timeout after it last heard from us.
+    earliestExpiryMarginMs: toldAt !== undefined ? Math.round(lastHeard + opts.sessionTimeoutMs - toldAt) : undefined,
+    signalBeforeNextHolderMs: toldAt !== undefined && next ? Math.round(next.acquiredAt - toldAt) : undefined,
+    lastHeardBeforeSilenceMs: Math.round(silentAt - lastHeard),
+    lostBeforeExpiry: Boolean(lost && watch.goneAt !== undefined && lost.at < watch.goneAt && (!next || lost.at < next.acquiredAt)),
+  });
+  result.summary =
+    `silenced after "${result.event}" (the server last heard from it ${result.lastHeardBeforeSilenceMs} ms before); ` +
+    `${hold ? `it held the lock on that event; told ${lost ? `(${lost.reason})` : 'NOT'}` : 'the event did not make it the holder'} ` +
+    `${result.lostMs ?? '-'} ms after the silence; its session gone after ${result.sessionGoneMs ?? '-'} ms, the other process held the lock after ` +
+    `${result.nextHolderMs ?? '-'} ms: told ${fmtMargin(result.marginMs)} the expiry, ${fmtMargin(result.signalBeforeNextHolderMs)} the other holder, ` +
+    `${fmtMargin(result.earliestExpiryMarginMs)} the earliest possible expiry`;
+  return result;
+}
+const fmtMargin = (m) => (m === undefined ? '- vs' : m >= 0 ? `${m} ms before` : `${-m} ms AFTER`);
+/** lossMarginMs() of lib/core/zk-connection.ts: the library declares the loss this long before its deadline. */
+const LOSS_MARGIN_MS = Math.max(250, opts.sessionTimeoutMs / 10);
+/** The library sends a heartbeat once its newest answered request is this old (a quarter of the timeout). */
+const HEARTBEAT_AGE_MS = opts.sessionTimeoutMs / 4;
+/** Add to performance.timeOrigin + performance.now() (the proxies' clock) to get now()'s clock. */
+const PERF_TO_NOW = now() - (performance.timeOrigin + performance.now());
+
+/**
+ * A rolling restart: SIGTERM to a worker while one of its holders is in a long critical section
+ * (longer than shutdownGraceMs) and others are in short ones. The worker does what Nest's shutdown
+ * hooks do (engine.shutdown(), connection.close(), exit 0); the short holders finish, the long one
+ * is told (reason shutdown) before its node goes; then a new worker takes the slot.
+ */
 async function rollingRestart(slot) {
   const record = { fault: 'rolling restart: SIGTERM (shutdown hooks) with holds in flight, then a new worker', target: `slot ${slot.slot} (pid ${slot.pid})` };
-  await until(`slot ${slot.slot} to hold something`, () => [...slot.workers.values()].some((w) => w.status === 'holding') || undefined, 30_000);
+  const hold = await holderFor(slot, 'long');
+  if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
+  await sleep(200); // the other processes queue behind it
   const at = now();
   record.at = at;
   const child = slot.child;
   const pid = child.pid;
+  const inFlight = [...holds.values()].filter((h) => h.pid === pid && h.end === 'open');
   child.expectedExit = true;
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));
   process.kill(pid, 'SIGTERM');
-  const how = await Promise.race([exited, sleep(opts.shutdownGraceMs + 20_000).then(() => 'still running')]);
+  let how = await Promise.race([exited, sleep(opts.shutdownGraceMs + 30_000).then(() => 'still running')]);
+  if (how === 'still running') {
+    process.kill(pid, 'SIGKILL');
+    how = `still running after ${opts.shutdownGraceMs + 30_000} ms (SIGKILLed)`;
+  }
   record.exitMs = ms(at, now());
-  const shutdownLosses = lostEvents.filter((e) => e.slot === slot.slot && e.at >= at && e.reason === 'shutdown').length;
-  const ended = [...holds.values()].filter((h) => h.pid === pid && (h.endAt ?? 0) >= at).length;
-  spawnWorker(slot);
-  await settle('after the rolling restart');
-  record.observed = how === 0;
-  record.evidence = `exit ${how} after ${record.exitMs} ms; ${ended} hold(s) ended during shutdown, ${shutdownLosses} of them told by signal (reason shutdown)`;
+  const lost = lostEvents.find((e) => e.holdId === hold.holdId);
+  record.lostMs = ms(at, lost?.at);
+  record.lostReason = lost?.reason;
+  const next = await until('another holder after the rolling restart', () => firstAcquisition(at, { excludePid: pid }), 30_000);
+  record.nextHolderMs = ms(at, next?.acquiredAt);
+  record.signalBeforeNextHolderMs = lost && next ? Math.round(next.acquiredAt - lost.at) : undefined;
+  const released = inFlight.filter((h) => holds.get(h.holdId).end === 'released' && !lostEvents.some((e) => e.holdId === h.holdId)).length;
+  const told = lostEvents.filter((e) => e.at >= at && inFlight.some((h) => h.holdId === e.holdId));
+  if (slot.child === child) spawnWorker(slot);
+  const replaced = await settle('after the rolling restart');
+  // The node of the long hold disappeared after its signal (the observer polls every 100 ms).
+  const node = nodeLog.get(hold.path);
+  record.nodeGoneAfterSignal = lost && node?.goneAt !== undefined ? node.goneAt >= lost.at : undefined;
+  record.observed = how === 0 && lost?.reason === 'shutdown' && Boolean(next) && record.signalBeforeNextHolderMs > 0 && record.nodeGoneAfterSignal !== false && replaced;
+  record.evidence =
+    `exit ${how} after ${record.exitMs} ms; ${inFlight.length} hold(s) in flight: ${released} finished within the grace, ` +
+    `${told.length} told by signal (${told.map((e) => e.reason).join(', ') || '-'}); the long one told ${record.lostMs ?? '-'} ms after SIGTERM ` +
+    `(grace ${opts.shutdownGraceMs} ms), ${record.signalBeforeNextHolderMs ?? '-'} ms before another process held the mutex; ` +
+    `new worker ${replaced ? 'connected and working' : 'NOT working'}`;
   return record;
 }
 
-/** A foreign client writes data to every node of the mutex queue, then deletes the holder's node. */
-async function foreignSet() {
-  const record = { fault: 'foreign client: set on every mutex node, then delete the holder\'s node' };
-  const at = now();
-  record.at = at;
+/** Forks a foreign client (worker.mjs mode "foreign"); `ask(cmd)` resolves with its answer. */
+async function startForeign() {
   const connectString = SERVER_IDS.map((id) => `127.0.0.1:${serverPort(id)}`).join(',');
   const child = fork(WORKER, [], {
     cwd: REPO,
-    env: { ...process.env, CHAOS_WORKER: JSON.stringify({ mode: 'foreign', connectString, base: BASE, deleteHead: true, deleteAfterMs: 500 }) },
+    env: { ...process.env, CHAOS_WORKER: JSON.stringify({ mode: 'foreign', connectString, base: BASE }) },
     stdio: ['ignore', 'ignore', 'pipe', 'ipc'],
   });
-  let deleting;
-  const result = await new Promise((resolve) => {
-    let answer;
-    child.on('message', (m) => {
-      if (m.t === 'foreign-deleting') deleting = m;
-      if (m.t === 'foreign') answer = m;
-    });
-    child.on('exit', () => resolve(answer));
-    setTimeout(() => child.kill('SIGKILL'), 60_000).unref();
+  child.stderr.resume();
+  const answers = [];
+  child.on('message', (m) => {
+    if (m.t === 'foreign') answers.push(m);
+    poke();
   });
-  // Its holder at that moment (coalesced holders of one process share a node, and hand it on
-  // until the deletion reaches them) must be told: a lost signal for a hold on that node.
-  const onNode = (e) => e.at >= deleting.at && holds.get(e.holdId)?.path === deleting.path;
-  const lost = deleting ? await until('the holder of the deleted node to be told', () => lostEvents.find(onNode), 10_000) : undefined;
-  const victim = lost ? holds.get(lost.holdId) : undefined;
-  if (victim) victim.foreignDeleted = true;
-  record.lostMs = lost && deleting ? ms(deleting.at, lost.at) : undefined;
+  const kill = setTimeout(() => child.kill('SIGKILL'), 120_000);
+  kill.unref();
+  child.on('exit', () => clearTimeout(kill));
+  const answer = (cmd) => until(`the foreign client's ${cmd}`, () => answers.find((a) => a.cmd === cmd && !a.taken && (a.taken = true)), 30_000);
+  if (!(await answer('ready'))) {
+    child.kill('SIGKILL');
+    return undefined;
+  }
+  return {
+    ask(message) {
+      child.send(message);
+      return answer(message.cmd);
+    },
+    exit() {
+      child.send({ cmd: 'exit' });
+      return until(undefined, () => child.exitCode !== null || child.signalCode !== null || undefined, 10_000);
+    },
+  };
+}
+
+/**
+ * A foreign client runs `set` on every lock node (held and queued, every recipe), twice, while a
+ * holder sits in a long critical section: nobody may be told anything. Then it deletes that
+ * holder's node: the holder must be told (node-deleted) and the queue must keep moving (waiters
+ * whose predecessor was written to must still notice its release).
+ */
+async function foreignSet(slot) {
+  const record = { fault: "foreign client: set on every lock node, then delete the holder's node", target: `slot ${slot.slot} (pid ${slot.pid})` };
+  const hold = await holderFor(slot, 'long');
+  if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
+  const foreign = await startForeign();
+  if (!foreign) {
+    slot.child.send({ cmd: 'go' });
+    return { ...record, at: now(), observed: false, evidence: 'the foreign client did not connect' };
+  }
+  const at = now();
+  record.at = at;
+  const first = await foreign.ask({ cmd: 'set-all' });
+  await sleep(short ? 300 : 1000);
+  const second = await foreign.ask({ cmd: 'set-all' });
+  await sleep(short ? 700 : 2000);
+  const spurious = lostEvents.filter((e) => e.at >= at);
+  const deletion = await foreign.ask({ cmd: 'delete', path: hold.path });
+  holds.get(hold.holdId).foreignDeleted = true;
+  const lost = await until('the holder of the deleted node to be told', () => lostEvents.find((e) => e.holdId === hold.holdId), 10_000);
+  record.lostMs = lost && deletion ? ms(deletion.at, lost.at) : undefined;
   record.lostReason = lost?.reason;
+  const next = deletion && (await until('another holder after the deletion', () => firstAcquisition(deletion.at, { excludeHoldId: hold.holdId }), 15_000));
+  record.nextHolderMs = next && ms(deletion.at, next.acquiredAt);
+  // Every process takes the mutex again (each one's predecessor was written to, twice).
+  const moving = deletion && (await until('every process to take the mutex after the deletion', () =>
+    liveSlots().every((s) => mutexHolds().some((h) => h.pid === s.pid && h.acquiredAt > deletion.at)) || undefined, 20_000));
+  record.queueMovedMs = moving ? ms(deletion.at, Math.max(...liveSlots().map((s) => mutexHolds().find((h) => h.pid === s.pid && h.acquiredAt > deletion.at).acquiredAt))) : undefined;
+  if (!lost) slot.child.send({ cmd: 'go' });
+  await foreign.exit();
   await settle('after the foreign writes');
-  record.observed = Boolean(result && result.set > 0 && (!result.deleted || (victim && lost?.reason === 'node-deleted')));
-  record.evidence = `set data on ${result?.set ?? 0} node(s); deleted ${result?.deleted ? 'the holder\'s node' : 'nothing (no holder then)'}; ` +
-    `its holder ${victim ? (lost ? `told after ${record.lostMs} ms (${lost.reason})` : 'NOT told') : 'unknown'}`;
+  const setCount = (first?.set.length ?? 0) + (second?.set.length ?? 0);
+  const setHeld = [first, second].filter((a) => a?.set.includes(hold.path)).length;
+  record.observed = setHeld === 2 && spurious.length === 0 && deletion?.outcome === 'deleted' && lost?.reason === 'node-deleted' && Boolean(moving);
+  record.evidence =
+    `set on ${first?.set.length ?? 0} then ${second?.set.length ?? 0} lock node(s) (the long holder's: ${setHeld}/2 times); ` +
+    `leases ended by the sets: ${spurious.length}${spurious.length ? ` (${spurious.map((e) => `${e.lock}:${e.reason}`).join(', ')})` : ''}; ` +
+    `delete of the holder's node: ${deletion?.outcome ?? 'not done'}; its holder ${lost ? `told after ${record.lostMs} ms (${lost.reason})` : 'NOT told'}; ` +
+    `next holder after ${record.nextHolderMs ?? '-'} ms; every process held the mutex again within ${record.queueMovedMs ?? '- (NO)'} ms`;
+  record.setCount = setCount;
   return record;
 }
+
+/** Every try-once burst: {fault, slot, mode, count, maxMs, slowest, maxLoopDelayMs, reasons}. */
+const tryOnceBursts = [];
+/** The library's bound for a try-once (TRY_ONCE_BOUND_MS): a try-once must settle within it. */
+const TRY_ONCE_BOUND_MS = 2000;
+/**
+ * Plus this much for timers firing late on a busy machine. Fixed: the worker's worst event-loop
+ * delay is reported next to it, but not added, since the library can cause it itself (a
+ * synchronous native call blocks the loop, e.g. closing a session on a link that answers nothing).
+ */
+const TRY_ONCE_SLACK_MS = 250;
+const tryOnceLimit = () => TRY_ONCE_BOUND_MS + TRY_ONCE_SLACK_MS;
+/** A burst passes when every call settled within the limit, for want of a connection. */
+const burstOk = (b) => b.count > 0 && b.maxMs <= tryOnceLimit(b) && Object.keys(b.reasons).every((r) => r.endsWith(': connection'));
+
+/** Asks the slots for try-once bursts of `burstMs` at once; resolves with their reports. */
+async function tryOnceBurst(slotList, burstMs, fault, mode) {
+  for (const slot of slotList) {
+    slot.burst = undefined;
+    slot.child.send({ cmd: 'try-once-burst', ms: burstMs });
+  }
+  const reports = await until('the try-once bursts', () => slotList.every((s) => s.burst || s.exited) || undefined, burstMs + 20_000);
+  const bursts = slotList.filter((s) => s.burst).map((s) => ({ fault, mode, slot: s.slot, ...s.burst, at: undefined }));
+  tryOnceBursts.push(...bursts);
+  if (!reports) log(`try-once bursts (${mode}): ${bursts.length}/${slotList.length} reported`);
+  return bursts;
+}
+const describeBurst = (b) =>
+  `${b.mode}: ${b.count} try-once, slowest ${b.maxMs} ms${b.maxMs > tryOnceLimit(b) ? ' (OVER the limit)' : ''} (${b.slowest}; worst event-loop delay ${b.maxLoopDelayMs} ms), ` +
+  `${Object.entries(b.reasons).map(([k, n]) => `${k} ×${n}`).join(', ')}`;
 
 /** Try-once traffic while a worker is cut off, then while it is silenced: each settles fast with reason connection. */
 async function tryOnceOutage(slot) {
@@ -811,22 +1100,18 @@ async function tryOnceOutage(slot) {
   record.at = at;
   const bursts = [];
   for (const mode of ['cut', 'blackhole']) {
-    for (const proxy of slot.proxies.values()) proxy[mode]();
+    for (const proxy of slot.proxies.values()) (mode === 'cut' ? proxy.cut() : proxy.blackhole({ holdCloses: true }));
     if (mode === 'cut') await until(`slot ${slot.slot} to notice the cut`, () => (slot.state !== 'connected') || undefined, 20_000);
-    slot.burst = undefined;
-    slot.child.send({ cmd: 'try-once-burst', ms: opts.tryOnceBurstMs });
-    bursts.push({ mode, ...(await until('the try-once burst', () => slot.burst, opts.tryOnceBurstMs + 20_000)) });
+    bursts.push(...(await tryOnceBurst([slot], opts.tryOnceBurstMs, record.fault, mode === 'cut' ? 'cut off' : 'silenced')));
     for (const proxy of slot.proxies.values()) proxy.restore();
     await until(`slot ${slot.slot} to reconnect`, () => (slot.state === 'connected') || undefined, opts.sessionTimeoutMs + 20_000);
   }
-  record.tryOnce = bursts.map(({ mode, count, maxMs, reasons }) => ({ mode, count, maxMs, reasons }));
+  record.tryOnce = bursts.map(({ mode, count, maxMs, maxLoopDelayMs, reasons }) => ({ mode, count, maxMs, maxLoopDelayMs, reasons }));
   await settle('after the try-once outage');
-  record.observed = bursts.every((b) => b.count > 0 && b.maxMs <= TRY_ONCE_LIMIT_MS && Object.keys(b.reasons ?? {}).every((r) => r === 'connection'));
-  record.evidence = bursts.map((b) => `${b.mode}: ${b.count ?? 0} try-once, slowest ${b.maxMs ?? '-'} ms, ${JSON.stringify(b.reasons ?? {})}`).join('; ');
+  record.observed = bursts.length === 2 && bursts.every(burstOk);
+  record.evidence = bursts.map(describeBurst).join('; ') || 'no burst reported';
   return record;
 }
-/** A try-once must settle within its 2 s bound (plus timer lag on a busy machine). */
-const TRY_ONCE_LIMIT_MS = 3000;
 
 async function restartEnsemble() {
   const record = { fault: 'whole ensemble killed and restarted', target: 'servers 1,2,3' };
@@ -834,7 +1119,9 @@ async function restartEnsemble() {
   record.at = at;
   await Promise.all(SERVER_IDS.map((id) => zk(['stop', '--dir', ZK_DIR, '--id', String(id), '--signal', 'KILL'])));
   const downAt = now();
-  await sleep(opts.downMs);
+  // Try-once traffic from every worker while nothing answers.
+  const bursts = await tryOnceBurst(liveSlots(), Math.max(500, opts.downMs - 300), record.fault, 'ensemble down');
+  await sleep(Math.max(0, downAt + opts.downMs - now()));
   await Promise.all(SERVER_IDS.map((id) => zk(['restart', '--dir', ZK_DIR, '--id', String(id)])));
   record.restartedMs = ms(downAt, now());
   const leader = await waitForLeader(60_000);
@@ -845,8 +1132,11 @@ async function restartEnsemble() {
   record.lostReason = lost?.reason;
   await settle('after the ensemble restart');
   const suspended = suspendedSince(at);
-  record.observed = leader !== undefined && liveSlots().every((s) => suspended.has(`${s.slot}`)) && Boolean(next);
-  record.evidence = `back (leader server ${leader ?? 'none'}) after ${record.restartedMs} ms; ${suspended.size}/${liveSlots().length} workers suspended; next holder after ${record.nextHolderMs ?? '-'} ms`;
+  record.tryOnce = bursts.map(({ slot, count, maxMs, maxLoopDelayMs, reasons }) => ({ slot, count, maxMs, maxLoopDelayMs, reasons }));
+  record.observed = leader !== undefined && liveSlots().every((s) => suspended.has(`${s.slot}`)) && Boolean(next) && bursts.length > 0 && bursts.every(burstOk);
+  record.evidence =
+    `back (leader server ${leader ?? 'none'}) after ${record.restartedMs} ms; ${suspended.size}/${liveSlots().length} workers suspended; next holder after ${record.nextHolderMs ?? '-'} ms; ` +
+    `while down: ${bursts.map((b) => `slot ${b.slot} ${describeBurst(b).replace(/^ensemble down: /, '')}`).join('; ') || 'no try-once burst reported'}`;
   return record;
 }
 
@@ -908,32 +1198,104 @@ function overlaps() {
   return result;
 }
 
+/** Holders that exclude each other pairwise (the semaphore is counted by permits instead). */
+function conflicting(a, b) {
+  if (a.lock === 'mutex' || a.lock === 'notify') return b.lock === a.lock;
+  if (a.lock === 'rw-write') return b.lock === 'rw-write' || b.lock === 'rw-read';
+  if (a.lock === 'rw-read') return b.lock === 'rw-write';
+  return false;
+}
+/**
+ * Excused from the promise: a holder SIGSTOPped through its hold (it cannot hear anything until
+ * SIGCONT; fencing is what protects the data then), and the holder whose node the foreign client
+ * deleted (the deletion is the server's word: it reaches that holder and the next one at once).
+ */
+const exemptFromPromise = (h) => (pausedThrough(h) ? 'SIGSTOPped' : h.foreignDeleted ? 'node deleted by the foreign client' : undefined);
+
 /**
  * The promise itself, from each holder's own view: the time two holders overlapped while neither
- * had been told (its interval ends at its lost signal, its release or its death). Only a holder
- * that was SIGSTOPped through it (it cannot hear anything) or whose node a foreign client deleted
- * (the deletion reaches it and the next holder at once) is excused.
+ * had been told (each one's interval is [acquire() resolved, its signal aborted | it stopped using
+ * the lock | its process died]), and for the semaphore the time more than `permits` such holders
+ * held at once. Excused holders (above) are left out. Must be 0.
  */
 function unawareOverlap() {
-  const exempt = (h) => pausedThrough(h) || h.foreignDeleted;
-  const intervals = [...holds.values()].filter((h) => !exempt(h)).map((h) => ({ ...h, endAt: h.endAt ?? Infinity }));
-  let totalMs = 0;
-  let pairs = 0;
+  const intervals = [...holds.values()].filter((h) => !exemptFromPromise(h)).map((h) => ({ ...h, endAt: h.endAt ?? Infinity }));
+  const byLock = { mutex: { pairs: 0, ms: 0 }, rw: { pairs: 0, ms: 0 }, sem: { pairs: 0, ms: 0 } };
   const examples = [];
-  const conflict = (a, b) => a.lock === 'mutex' ? b.lock === 'mutex' : a.lock.startsWith('rw-') && b.lock.startsWith('rw-') && (a.lock === 'rw-write' || b.lock === 'rw-write');
-  const sorted = intervals.sort((a, b) => a.acquiredAt - b.acquiredAt);
+  const pick = (h) => ({ holdId: h.holdId, lock: h.lock, acquiredAt: rel(h.acquiredAt), endAt: rel(h.endAt), end: h.end, lostAt: rel(h.lostAt) });
+  const sorted = intervals.filter((h) => h.lock !== 'sem').sort((a, b) => a.acquiredAt - b.acquiredAt);
   for (let i = 0; i < sorted.length; i++) {
     for (let j = i + 1; j < sorted.length && sorted[j].acquiredAt < sorted[i].endAt; j++) {
       const [a, b] = [sorted[i], sorted[j]];
-      if (!conflict(a, b)) continue;
+      if (!conflicting(a, b)) continue;
       const overlap = Math.min(a.endAt, b.endAt) - b.acquiredAt;
       if (overlap <= 0) continue;
-      pairs++;
-      totalMs += overlap;
-      if (examples.length < 5) examples.push({ a: { holdId: a.holdId, end: a.end, endAt: rel(a.endAt) }, b: { holdId: b.holdId, acquiredAt: rel(b.acquiredAt) }, ms: Math.round(overlap) });
+      const bucket = byLock[a.lock === 'mutex' || a.lock === 'notify' ? 'mutex' : 'rw'];
+      bucket.pairs++;
+      bucket.ms += overlap;
+      if (examples.length < 5) examples.push({ a: pick(a), b: pick(b), ms: round1(overlap) });
     }
   }
-  return { pairs, totalMs: Math.round(totalMs), examples };
+  // Semaphore: sweep over starts and ends (an end before a start at the same instant).
+  const edges = intervals.filter((h) => h.lock === 'sem').flatMap((h) => [[h.acquiredAt, 1, h], [h.endAt, -1, h]]).sort((x, y) => x[0] - y[0] || x[1] - y[1]);
+  let active = 0;
+  let overSince;
+  for (const [at, delta, h] of edges) {
+    active += delta;
+    if (active > opts.permits && overSince === undefined) {
+      overSince = at;
+      byLock.sem.pairs++;
+      if (examples.length < 5) examples.push({ sem: `${active} holders at once`, from: rel(at), joined: pick(h) });
+    } else if (active <= opts.permits && overSince !== undefined) {
+      byLock.sem.ms += at - overSince;
+      overSince = undefined;
+    }
+  }
+  const pairs = byLock.mutex.pairs + byLock.rw.pairs + byLock.sem.pairs;
+  const totalMs = round1(byLock.mutex.ms + byLock.rw.ms + byLock.sem.ms);
+  return { pairs, totalMs, byLock: Object.fromEntries(Object.entries(byLock).map(([k, v]) => [k, { pairs: v.pairs, ms: round1(v.ms) }])), examples };
+}
+
+/**
+ * For each lost signal: by how much it beat the server's end of that hold, i.e. the first of
+ * - the moment the holder's lock node disappeared as the observer saw it (`goneAt`: the first poll
+ *   of the leader's dump without it; `lastSeenAt`: the last poll that still listed it),
+ * - the moment another holder of a conflicting lock acquired (same clock, exact).
+ * `marginMs` = (first of node gone, other holder) − signal: < 0 means the holder was told after
+ * the server had certainly let the lock go (a failure unless excused). `atLeastMs` = (first of
+ * node last seen, other holder) − signal: a sure lower bound (≤ marginMs, by the poll interval).
+ */
+const round1 = (x) => Math.round(x * 10) / 10;
+function lostSignalMargins() {
+  const list = [];
+  for (const e of lostEvents) {
+    const h = holds.get(e.holdId);
+    if (!h) continue;
+    const node = nodeLog.get(h.path);
+    let other;
+    for (const b of holds.values()) {
+      if (b.holdId === h.holdId || b.acquiredAt <= h.acquiredAt || !conflicting(h, b)) continue;
+      if (!other || b.acquiredAt < other.acquiredAt) other = b;
+    }
+    const ends = [[node?.goneAt, 'node gone'], [other?.acquiredAt, 'another holder']].filter(([t]) => t !== undefined);
+    const [serverEnd, by] = ends.sort((x, y) => x[0] - y[0])[0] ?? [];
+    const sure = [node?.lastSeenAt, other?.acquiredAt].filter((t) => t !== undefined);
+    const fault = [...faults].reverse().find((f) => f.at <= e.at);
+    list.push({
+      at: rel(e.at),
+      slot: e.slot,
+      lock: e.lock,
+      reason: e.reason,
+      fault: fault?.fault ?? (e.at < (faults[0]?.at ?? Infinity) ? 'before the first fault' : '-'),
+      // To 0.1 ms: a signal a fraction of a millisecond after another holder acquired is late too.
+      marginMs: serverEnd === undefined ? undefined : round1(serverEnd - e.at),
+      by,
+      atLeastMs: sure.length ? round1(Math.min(...sure) - e.at) : undefined,
+      excused: exemptFromPromise(h),
+      late: serverEnd !== undefined && serverEnd < e.at,
+    });
+  }
+  return list.sort((a, b) => a.at - b.at);
 }
 
 /** Successive holders (by acquisition time) whose fencing token does not increase. */
@@ -958,6 +1320,7 @@ async function cleanup() {
   if (cleanedUp) return;
   cleanedUp = true;
   stopping = true;
+  observer.stopped = true;
   for (const slot of slots) {
     if (slot.child && !slot.exited) {
       slot.child.expectedExit = true;
@@ -1006,6 +1369,7 @@ async function main() {
   log(`ensemble in ${ZK_DIR}`);
   const connectString = await zk(['ensemble', '--dir', ZK_DIR, '--owner-pid', String(process.pid)]);
   log(`ensemble up: ${connectString}, leader server ${await waitForLeader(60_000)}`);
+  startObserver();
 
   for (let i = 0; i < opts.processes; i++) {
     const slot = { slot: i, proxies: new Map() };
@@ -1028,9 +1392,9 @@ async function main() {
     pause: () => pauseHolder(slots[1]),
     'kill-holder': () => killHolder(slots[2]),
     'kill-waiter': () => killWaiter(),
-    'notify-partition': () => notifyPartition(slots[1]),
+    'notify-partition': () => notifyPartition(),
     'rolling-restart': () => rollingRestart(slots[2]),
-    'foreign-set': () => foreignSet(),
+    'foreign-set': () => foreignSet(slots[1]),
     'try-once-outage': () => tryOnceOutage(slots[0]),
     ensemble: () => restartEnsemble(),
   };
@@ -1073,6 +1437,7 @@ async function main() {
 
   // Orphans: lock nodes still there a session timeout after the last worker ended.
   await sleep(opts.sessionTimeoutMs + 2000);
+  await stopObserver();
   const nodes = await runCheck(connectString);
   const orphanList = Array.isArray(nodes) ? nodes.filter((n) => n.ephemeralOwner !== '0') : [];
   let orphansLater;
@@ -1107,6 +1472,7 @@ function report({ nodes, orphanList, orphansLater }) {
     faults[i].lostSignals = lostEvents.filter((e) => e.at >= from && e.at < to).length;
   }
   const totalAcq = Object.values(acquisitions).reduce((a, b) => a + b, 0);
+  const margins = lostSignalMargins();
   const s = store;
   const result = {
     options: opts,
@@ -1121,7 +1487,24 @@ function report({ nodes, orphanList, orphansLater }) {
     counterConsistent: s.mutex.value === s.mutex.accepted && s.rw.value === s.rw.accepted,
     overlaps: ov,
     unaware: unawareOverlap(),
-    lostSignalMargins: faults.filter((f) => f.marginMs !== undefined).map((f) => ({ fault: f.fault, marginMs: f.marginMs })),
+    lostSignalMargins: margins,
+    /** Lost signals that came after the server had certainly let the lock go (not excused). */
+    lateSignals: margins.filter((m) => !m.excused && m.late).length,
+    /** Lost signals with nothing to judge them by (the node never seen gone, nobody acquired after). */
+    unjudgedSignals: margins.filter((m) => !m.excused && m.marginMs === undefined).length,
+    tryOnce: {
+      bursts: tryOnceBursts.length,
+      calls: tryOnceBursts.reduce((n, b) => n + b.count, 0),
+      maxMs: Math.max(0, ...tryOnceBursts.map((b) => b.maxMs)),
+      limitMs: tryOnceLimit(),
+      maxLoopDelayMs: Math.max(0, ...tryOnceBursts.map((b) => b.maxLoopDelayMs ?? 0)),
+      outcomes: tryOnceBursts.reduce((all, b) => {
+        for (const [k, n] of Object.entries(b.reasons)) all[k] = (all[k] ?? 0) + n;
+        return all;
+      }, {}),
+      failedBursts: tryOnceBursts.filter((b) => !burstOk(b)).map((b) => ({ fault: b.fault, mode: b.mode, slot: b.slot, maxMs: b.maxMs, limitMs: tryOnceLimit(b), reasons: b.reasons })),
+    },
+    observer: { polls: observer.polls, errors: observer.errors, nodes: nodeLog.size },
     unexplainedOverlaps: ov.mutex.unexplained + ov.rw.unexplained + ov.sem.unexplained,
     explainedOverlaps: ov.mutex.explained + ov.rw.explained + ov.sem.explained,
     readerSawWrite,
@@ -1150,6 +1533,8 @@ function report({ nodes, orphanList, orphansLater }) {
     result.counterConsistent &&
     result.unexplainedOverlaps === 0 &&
     result.unaware.pairs === 0 &&
+    result.lateSignals === 0 &&
+    result.tryOnce.failedBursts.length === 0 &&
     result.readerSawWrite === 0 &&
     result.tokenInversions === 0 &&
     result.orphans === 0 &&
@@ -1160,6 +1545,11 @@ function report({ nodes, orphanList, orphansLater }) {
   printTables(result);
   if (args.json) writeFileSync(args.json, `${JSON.stringify(result, null, 2)}\n`);
   return result;
+}
+
+function median(values) {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.floor(sorted.length / 2)];
 }
 
 function printTables(r) {
@@ -1179,11 +1569,22 @@ function printTables(r) {
   row('**lost updates**', r.lostUpdates, '0');
   row('counter = accepted writes', r.counterConsistent ? 'yes' : 'NO', 'yes');
   row('overlapping holders, both still holding by their own account', r.unexplainedOverlaps, '0');
-  row('**time two holders overlapped while neither signal had aborted** (pairs)', `${r.unaware.totalMs} ms (${r.unaware.pairs})`, '0 ms');
   row(
-    'lost signal before the server expired the session, at least (ms)',
-    r.lostSignalMargins.map((m) => `${m.marginMs}`).join(', ') || '-',
-    '≥ 0',
+    '**time two holders overlapped while neither signal had aborted** (mutex / rw / semaphore over its permits)',
+    `${r.unaware.totalMs} ms (${['mutex', 'rw', 'sem'].map((k) => `${r.unaware.byLock[k].ms} ms in ${r.unaware.byLock[k].pairs}`).join(' / ')})`,
+    '0 ms',
+  );
+  const judged = r.lostSignalMargins.filter((m) => !m.excused && m.marginMs !== undefined);
+  row(
+    '**lost signals that came after the server let the lock go** (of judged; margin min / median, ms)',
+    `${r.lateSignals} of ${judged.length}; ${judged.length ? `${Math.min(...judged.map((m) => m.marginMs))} / ${median(judged.map((m) => m.marginMs))}` : '-'}` +
+      `${r.unjudgedSignals ? `; ${r.unjudgedSignals} unjudged` : ''}; ${r.lostSignalMargins.length - judged.length - r.unjudgedSignals} excused`,
+    '0',
+  );
+  row(
+    '**try-once during outages: slowest** (calls; worst event-loop delay; outcomes)',
+    `${r.tryOnce.maxMs} ms (${r.tryOnce.calls}; ${r.tryOnce.maxLoopDelayMs} ms; ${Object.entries(r.tryOnce.outcomes).map(([k, n]) => `${k} ×${n}`).join(', ') || '-'})`,
+    `≤ ${TRY_ONCE_BOUND_MS} + ${TRY_ONCE_SLACK_MS} ms, connection only`,
   );
   row('overlapping holders, one of them lost, killed or SIGSTOPped (fenced)', r.explainedOverlaps, 'any');
   row('semaphore: most holders at once (all / not lost, killed or paused)', `${r.overlaps.sem.maxConcurrent} / ${r.overlaps.sem.maxConcurrentHealthy}`, `any / ≤ ${r.options.permits}`);
@@ -1215,6 +1616,16 @@ function printTables(r) {
   }
   out.push('');
   for (const f of r.faults) out.push(`- ${f.fault}: ${f.evidence}`);
+  if (r.lostSignalMargins.length) {
+    out.push('', 'Lost signals (margin: the server\'s end of the hold − the signal, ms; > 0: told first; "at least": against the last poll that still saw the node)', '');
+    row('at s', 'slot', 'lock', 'reason', 'during', 'margin ms (against)', 'at least ms', 'verdict');
+    row('---', '---', '---', '---', '---', '---', '---', '---');
+    for (const m of r.lostSignalMargins) {
+      const verdict = m.excused ? `excused (${m.excused})` : m.marginMs === undefined ? 'unjudged' : m.late ? '**LATE**' : 'ok';
+      row(m.at.toFixed(1), m.slot, m.lock, m.reason, m.fault, m.marginMs === undefined ? '-' : `${m.marginMs} (${m.by})`, v(m.atLeastMs), verdict);
+    }
+  }
+  for (const b of r.tryOnce.failedBursts) out.push('', `try-once burst over its limit or not for want of a connection: ${JSON.stringify(b)}`);
   if (r.unaware.pairs > 0) out.push('', `overlaps while neither was told: ${JSON.stringify(r.unaware.examples)}`);
   if (r.unexplainedOverlaps > 0) out.push('', `overlap examples: ${JSON.stringify([...r.overlaps.mutex.examples, ...r.overlaps.rw.examples, ...r.overlaps.sem.examples])}`);
   if (r.readerSawWrite > 0) out.push('', `readers that saw a write: ${JSON.stringify(r.readerSawWriteExamples)}`);

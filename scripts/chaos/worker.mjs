@@ -1,7 +1,7 @@
 // One worker process of the chaos run (scripts/chaos/run.mjs forks it with an IPC channel).
 // Uses the BUILT package, as an application would (`npm run build` first).
 //
-// CHAOS_WORKER (JSON) configures it. Two modes:
+// CHAOS_WORKER (JSON) configures it. Three modes:
 //
 // mode "work": connects to ZooKeeper through the runner's loopback proxies (one per ensemble member)
 //   and runs async loops on one connection: `mutexWorkers` on a mutex, `semWorkers` on a semaphore
@@ -9,20 +9,33 @@
 //   runner, and the mutex holders and the rw writers do a read → await → write increment on the
 //   runner's fenced store (a write carrying a token lower than one the store has seen is rejected).
 //   Readers read the value at the start and the end of their hold (it must not change).
-//   Commands from the runner: {cmd:'hold-next', kind:'partition'|'pause'|'kill'} (the next mutex
-//   holder of this process misbehaves on purpose, see faultHold), {cmd:'go'} (the partitioned
-//   holder may now do its late write), {cmd:'stop'} (finish, close the connection, exit),
-//   {cmd:'try-once-burst', ms} (try-once acquires of a separate, uncoalesced mutex for `ms`; reports
-//   how long each took to settle and why). SIGTERM is a rolling restart's stop: engine.shutdown()
-//   (holders get `shutdownGraceMs`, then their signals abort), close, exit 0.
+//   Commands from the runner: {cmd:'hold-next', kind:'partition'|'pause'|'kill'|'long'} (the next
+//   mutex holder of this process misbehaves on purpose, see faultHold), {cmd:'go'} (the partitioned
+//   holder may now do its late write; a 'long' holder lets go), {cmd:'quiet', on} (every loop
+//   pauses before its next acquire, reported once all do, or they go on again), {cmd:'notify-hold',
+//   again} / {cmd:'notify-release'} / {cmd:'notify-wait'} (a separate mutex for the notification
+//   fault: hold it until released, then with `again` take it once more; wait for it and hold it
+//   until its signal aborts), {cmd:'stop'} (finish, close the
+//   connection, exit), {cmd:'try-once-burst', ms} (try-once acquires of a mutex, a semaphore and a
+//   read lock nobody else uses, for `ms`: reports how long each took to settle, why it failed, and
+//   the worst event-loop delay meanwhile).
+//   SIGTERM is a rolling restart's stop, as Nest's shutdown hooks do it: no new acquires (the loops
+//   end; waiting acquires are refused by the engine), engine.shutdown() (holders get
+//   `shutdownGraceMs`, then their signals abort with reason 'shutdown' before their nodes are
+//   deleted), connection.close(), exit 0.
+//   Every hold is reported as 'acquired' (acquiredAt: when acquire() resolved), 'lost' (when its
+//   signal aborted, and why), 'released' (endAt: the end of the hold from the holder's own view,
+//   i.e. its lost signal or the moment it stopped using the lock) and 'release-done' (release()
+//   resolved).
 //
-// mode "foreign": a foreign client, connected directly: runs setData on every node of the mutex
-//   queue, and with `deleteHead` deletes the holder's node too; reports what it did.
+// mode "foreign": a foreign client, connected directly, driven by the runner: setData on every
+//   lock node under `base`, delete a given node; reports what it did and when.
 //
 // mode "check": connects directly (no proxy) and reports every node under `base` with its stat;
 //   the runner counts the ephemeral ones left behind (orphaned lock nodes).
 //
 // Times are process.hrtime (CLOCK_MONOTONIC: one clock for every process of the machine), in ms.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestjs-zk-lock/core';
 
@@ -73,35 +86,48 @@ if (cfg.mode === 'check') await check();
 else if (cfg.mode === 'foreign') await foreign();
 else await work();
 
+/**
+ * A foreign client (not the library): answers the runner's commands {cmd:'set-all'} (setData on
+ * every ephemeral node under `base`, i.e. every lock node, queued or held), {cmd:'delete', path}
+ * and {cmd:'exit'}, each with a message {t:'foreign', ...} saying what it did and when.
+ */
 async function foreign() {
   const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
   await connection.connect();
   const session = connection.session;
-  const path = `${cfg.base}/mutex`;
-  const { children } = await session.getChildren(path);
-  const sorted = [...children].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)));
-  let set = 0;
-  for (const child of sorted) {
+  async function lockNodes(path) {
+    let listing;
     try {
-      await session.setData(`${path}/${child}`, Buffer.from('__REVOKE__'));
-      set++;
-    } catch {
-      // gone meanwhile
+      listing = await session.getChildren(path);
+    } catch (error) {
+      if (error?.codeName === 'NONODE') return [];
+      throw error;
     }
+    const nodes = listing.stat.ephemeralOwner !== '0' ? [path] : [];
+    for (const child of listing.children) nodes.push(...(await lockNodes(`${path}/${child}`)));
+    return nodes;
   }
-  let deleted;
-  if (cfg.deleteHead && sorted.length > 0) {
-    await sleep(cfg.deleteAfterMs ?? 500);
-    const { children: current } = await session.getChildren(path);
-    const head = [...current].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)))[0];
-    if (head) {
-      deleted = `${path}/${head}`;
-      send({ t: 'foreign-deleting', path: deleted, at: now() });
-      await session.delete(deleted).catch(() => (deleted = undefined));
+  process.on('message', async (message) => {
+    try {
+      if (message.cmd === 'set-all') {
+        const at = now();
+        const nodes = await lockNodes(cfg.base);
+        const results = await Promise.allSettled(nodes.map((path) => session.setData(path, Buffer.from('__REVOKE__'))));
+        const set = nodes.filter((_, i) => results[i].status === 'fulfilled');
+        send({ t: 'foreign', cmd: 'set-all', at, doneAt: now(), set, gone: nodes.length - set.length });
+      } else if (message.cmd === 'delete') {
+        const at = now();
+        const outcome = await session.delete(message.path).then(() => 'deleted', (error) => error?.codeName ?? String(error));
+        send({ t: 'foreign', cmd: 'delete', path: message.path, outcome, at, doneAt: now() });
+      } else if (message.cmd === 'exit') {
+        await connection.close();
+        await finish({ t: 'foreign', cmd: 'exit', at: now() });
+      }
+    } catch (error) {
+      send({ t: 'foreign', cmd: message.cmd, error: String(error?.message ?? error), at: now() });
     }
-  }
-  await connection.close();
-  await finish({ t: 'foreign', set, deleted, at: now() });
+  });
+  send({ t: 'foreign', cmd: 'ready', at: now() });
 }
 
 async function check() {
@@ -143,34 +169,89 @@ async function work() {
   const rw = new ReadWriteLock(engine, 'rw', `${cfg.base}/rw`);
 
   const stopping = new AbortController();
-  const tryOnceMutex = new Mutex(engine, 'try-once', `${cfg.base}/try-once`, { coalesce: false });
-  /** Try-once acquires for `ms`, one after the other: each must settle within its bound, and why. */
+  /** Set on SIGTERM: the loops take nothing new (the engine refuses acquires that are waiting). */
+  let terminating = false;
+  const running = () => !stopping.signal.aborted && !terminating;
+  // Locks nobody else uses: a try-once on them fails only for want of ZooKeeper.
+  const tryOnceLocks = [
+    ['mutex', (lock) => lock.acquire({ waitMs: 0 }), new Mutex(engine, 'try-once', `${cfg.base}/try-once`, { coalesce: false })],
+    ['semaphore', (lock) => lock.tryAcquire(), new Semaphore(engine, 'try-once-sem', `${cfg.base}/try-once-sem`, { permits: cfg.permits })],
+    ['read lock', (lock) => lock.read.tryAcquire(), new ReadWriteLock(engine, 'try-once-rw', `${cfg.base}/try-once-rw`)],
+  ];
+  /**
+   * Try-once acquires for `ms`, one after the other, round the three locks: how long each took to
+   * settle and how it ended ('connection', 'timeout', ... or 'acquired', 'held' for tryAcquire()'s
+   * null), and the worst event-loop delay meanwhile (a timer fires that much late).
+   */
   async function tryOnceBurst(ms) {
     const until = now() + ms;
     const reasons = {};
     let maxMs = 0;
+    let slowest;
     let count = 0;
+    const delay = monitorEventLoopDelay({ resolution: 10 });
+    delay.enable();
     while (now() < until) {
+      const [kind, tryOnce, lock] = tryOnceLocks[count % tryOnceLocks.length];
       const started = now();
-      const outcome = await tryOnceMutex.acquire({ waitMs: 0 }).then(
-        (lease) => lease.release().then(() => 'acquired'),
+      const outcome = await tryOnce(lock).then(
+        (lease) => (lease ? lease.release().then(() => 'acquired') : 'held'),
         (error) => error?.reason ?? error?.name ?? 'error',
       );
-      maxMs = Math.max(maxMs, now() - started);
-      reasons[outcome] = (reasons[outcome] ?? 0) + 1;
+      const took = now() - started;
+      if (took > maxMs) {
+        maxMs = took;
+        slowest = `${kind}: ${outcome}`;
+      }
+      const key = `${kind}: ${outcome}`;
+      reasons[key] = (reasons[key] ?? 0) + 1;
       count++;
-      await sleep(50);
+      await sleep(25);
     }
-    send({ t: 'try-once-burst', count, maxMs: Math.round(maxMs), reasons, at: now() });
+    delay.disable();
+    send({ t: 'try-once-burst', count, maxMs: Math.round(maxMs), slowest, maxLoopDelayMs: Math.round(delay.max / 1e6), reasons, at: now() });
   }
-  // A rolling restart: Nest's shutdown hooks do this on SIGTERM.
+  // A rolling restart: what Nest's shutdown hooks do on SIGTERM (the HTTP server is closed first,
+  // so no new work comes in; work in flight goes on under its locks).
   process.once('SIGTERM', () => {
-    stopping.abort();
+    terminating = true;
+    for (const resume of quietWaiters.splice(0)) resume();
+    mainPhase = 'SIGTERM: engine.shutdown()';
     void engine
       .shutdown()
-      .then(() => connection.close())
+      .then(() => {
+        mainPhase = 'SIGTERM: connection.close()';
+        return connection.close();
+      })
       .then(() => finish({ t: 'done', stats, shutdown: true, at: now() }));
   });
+  let quiet = false;
+  const quietWaiters = [];
+  const loopCount = cfg.mutexWorkers + cfg.semWorkers + cfg.rwWorkers;
+  /** Between two holds: waits while the runner wants this process quiet (tells it once all loops wait). */
+  const unlessQuiet = () => {
+    if (!quiet) return undefined;
+    const paused = new Promise((resolve) => quietWaiters.push(resolve));
+    if (quietWaiters.length === loopCount) send({ t: 'quiet', idle: true, at: now() });
+    return paused;
+  };
+  // A separate mutex for the notification fault, nobody else's.
+  const notifyLock = new Mutex(engine, 'notify', `${cfg.base}/notify`, { coalesce: false });
+  let notifyLetGo;
+  /** Holds the notify mutex until {cmd:'notify-release'}; with `again`, then takes it once more, briefly. */
+  async function notifyHold(again) {
+    const letGo = new Promise((resolve) => (notifyLetGo = resolve));
+    await holdOnce('notify-hold', 'notify', notifyLock, async (hold) => {
+      send({ t: 'notify-held', ...hold, at: now() });
+      await Promise.race([letGo, sleep(60_000)]);
+    }, 60_000);
+    if (again) await holdOnce('notify-hold', 'notify', notifyLock, () => sleep(100), 60_000);
+  }
+  /** Waits for the notify mutex, then holds it until its signal aborts (or {cmd:'notify-release'}, or a minute passed). */
+  async function notifyWait() {
+    const letGo = new Promise((resolve) => (notifyLetGo = resolve));
+    await holdOnce('notify-wait', 'notify', notifyLock, (hold, signal) => Promise.race([whenAborted(signal), letGo, sleep(60_000)]), 60_000);
+  }
   let faultKind;
   let go;
   let goReceived = false;
@@ -181,6 +262,18 @@ async function work() {
       resolve(message);
     } else if (message.cmd === 'hold-next') {
       faultKind = message.kind;
+    } else if (message.cmd === 'quiet') {
+      // Every loop pauses before its next acquire (those waiting or holding go on until done), so
+      // the session carries nothing but what the runner asks for and the library's heartbeats.
+      quiet = message.on;
+      if (!quiet) for (const resume of quietWaiters.splice(0)) resume();
+      else if (quietWaiters.length === loopCount) send({ t: 'quiet', idle: true, at: now() });
+    } else if (message.cmd === 'notify-hold') {
+      void notifyHold(message.again);
+    } else if (message.cmd === 'notify-release') {
+      notifyLetGo?.();
+    } else if (message.cmd === 'notify-wait') {
+      void notifyWait();
     } else if (message.cmd === 'try-once-burst') {
       void tryOnceBurst(message.ms);
     } else if (message.cmd === 'go') {
@@ -188,6 +281,7 @@ async function work() {
       go?.();
     } else if (message.cmd === 'stop') {
       stopping.abort();
+      for (const resume of quietWaiters.splice(0)) resume();
       // Still here after a while: say where we hang.
       setTimeout(() => {
         send({
@@ -213,17 +307,17 @@ async function work() {
   const pause = () => sleep(cfg.holdMs[0] + Math.random() * (cfg.holdMs[1] - cfg.holdMs[0]));
 
   /** Takes `lock` once, runs `body` as the holder, reports the interval; errors are reported, not thrown. */
-  async function holdOnce(w, lockName, lock, body) {
+  async function holdOnce(w, lockName, lock, body, waitMs = cfg.waitMs) {
     send({ t: 'acquiring', w, lock: lockName, at: now() });
     let lease;
     try {
       phases.set(w, `${lockName}: acquire`);
-      lease = await lock.acquire({ waitMs: cfg.waitMs, signal: stopping.signal });
+      lease = await lock.acquire({ waitMs, signal: stopping.signal });
     } catch (error) {
       if (!stopping.signal.aborted) {
         stats.errors++;
-        send({ t: 'error', w, lock: lockName, op: 'acquire', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
-        await sleep(50 + Math.random() * 100);
+        send({ t: 'error', w, lock: lockName, op: 'acquire', name: error?.name, reason: error?.reason, message: String(error?.message), shutdown: terminating, at: now() });
+        if (!terminating) await sleep(50 + Math.random() * 100);
       }
       return;
     }
@@ -259,6 +353,7 @@ async function work() {
     try {
       phases.set(w, `${lockName}: release (lost: ${lostAt !== undefined}, isHeld: ${lease.isHeld})`);
       await lease.release();
+      send({ t: 'release-done', w, holdId: hold.holdId, at: now() });
     } catch (error) {
       stats.errors++;
       send({ t: 'error', w, lock: lockName, op: 'release', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
@@ -285,6 +380,8 @@ async function work() {
    * - pause: reads, tells the runner (which SIGSTOPs this process), and when the clock jumps
    *   (SIGCONT) writes at once, before the library can tell it the lock is gone.
    * - kill: reads, tells the runner (which SIGKILLs this process), waits.
+   * - long: reads, tells the runner, and holds on until its signal aborts (or the runner says go);
+   *   it writes nothing (a well-behaved holder that was told).
    */
   async function faultHold(kind, hold, signal) {
     const read = await call({ t: 'read', store: hold.lock, holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt });
@@ -301,6 +398,12 @@ async function work() {
     };
     if (kind === 'kill') {
       await sleep(120_000);
+      return;
+    }
+    if (kind === 'long') {
+      // A long critical section: it goes on until its signal aborts or the runner lets go.
+      await Promise.race([whenAborted(signal), new Promise((resolve) => (go = resolve)), sleep(90_000)]);
+      go = undefined;
       return;
     }
     if (kind === 'partition') {
@@ -321,7 +424,8 @@ async function work() {
   }
 
   async function mutexLoop(w) {
-    while (!stopping.signal.aborted) {
+    while (running()) {
+      await unlessQuiet();
       await holdOnce(w, 'mutex', mutex, (hold, signal, extra) => {
         const kind = faultKind;
         faultKind = undefined;
@@ -331,11 +435,15 @@ async function work() {
   }
 
   async function semLoop(w) {
-    while (!stopping.signal.aborted) await holdOnce(w, 'sem', semaphore, () => pause());
+    while (running()) {
+      await unlessQuiet();
+      await holdOnce(w, 'sem', semaphore, () => pause());
+    }
   }
 
   async function rwLoop(w) {
-    while (!stopping.signal.aborted) {
+    while (running()) {
+      await unlessQuiet();
       if (Math.random() < cfg.writeRatio) {
         await holdOnce(w, 'rw-write', rw.write, (hold, signal, extra) => increment({ ...hold, lock: 'rw' }, signal, extra));
       } else {

@@ -1,4 +1,4 @@
-// The short chaos run (scripts/chaos/run.mjs --short, about 90–150 s): a 3-node ensemble of its own,
+// The short chaos run (scripts/chaos/run.mjs --short, about 90–120 s): a 3-node ensemble of its own,
 // 3 worker processes behind loopback proxies, and one of each fault. The runner does the work and
 // writes its result as JSON; this file asserts on it. Needs the built package (npm test builds it).
 import { execFile } from 'node:child_process';
@@ -24,6 +24,22 @@ interface FaultRecord {
   signalAfterNextHolderMs?: number;
   /** At least this long before the server expired the session, the client declared it lost. */
   marginMs?: number;
+  /** Notification fault: the silenced waiter held the lock on the event. */
+  madeHolder?: boolean;
+  /** Rolling restart / notification fault: next holder's acquisition minus the signal (> 0: told first). */
+  signalBeforeNextHolderMs?: number;
+  tryOnce?: { count: number; maxMs: number; maxLoopDelayMs: number; reasons: Record<string, number> }[];
+}
+/** One lost signal, judged against the server's end of that hold (node gone, or another holder). */
+interface LostSignal {
+  at: number;
+  lock: string;
+  reason: string;
+  fault: string;
+  /** Server's end minus the signal (ms): < 0 means told after the server let the lock go. */
+  marginMs?: number;
+  late: boolean;
+  excused?: string;
 }
 interface ChaosResult {
   options: { sessionTimeoutMs: number };
@@ -35,7 +51,10 @@ interface ChaosResult {
   counterConsistent: boolean;
   unexplainedOverlaps: number;
   /** Holders that overlapped while neither had been told (the library's promise): must be none. */
-  unaware: { pairs: number; totalMs: number };
+  unaware: { pairs: number; totalMs: number; examples: unknown[] };
+  lostSignalMargins: LostSignal[];
+  lateSignals: number;
+  tryOnce: { calls: number; maxMs: number; failedBursts: unknown[]; outcomes: Record<string, number> };
   overlaps: { sem: { maxConcurrentHealthy: number } };
   readerSawWrite: number;
   tokenInversions: number;
@@ -59,7 +78,7 @@ const FAULTS = [
   'SIGKILL worker waiting for the mutex',
   'silent partition right after a watch event reached a waiter',
   'rolling restart: SIGTERM (shutdown hooks) with holds in flight, then a new worker',
-  "foreign client: set on every mutex node, then delete the holder's node",
+  "foreign client: set on every lock node, then delete the holder's node",
   'try-once acquires while cut off, then while silenced',
   'whole ensemble killed and restarted',
 ];
@@ -125,7 +144,7 @@ describe('chaos run (short) on a 3-node ensemble', () => {
   it('never had two holders that both still held by their own account (mutex, write lock, semaphore permits)', () => {
     check(() => {
       expect(result.unexplainedOverlaps).toBe(0);
-      expect(result.unaware).toMatchObject({ pairs: 0, totalMs: 0 });
+      expect(result.unaware).toMatchObject({ pairs: 0, totalMs: 0, examples: [] });
       expect(result.readerSawWrite).toBe(0);
       expect(result.overlaps.sem.maxConcurrentHealthy).toBeLessThanOrEqual(2);
     });
@@ -166,8 +185,41 @@ describe('chaos run (short) on a 3-node ensemble', () => {
         expect(f.lateWrite).toBe('rejected');
         expect(f.marginMs).toBeGreaterThanOrEqual(0);
       }
-      const notified = result.faults.find((x) => x.fault.startsWith('silent partition right after a watch event'))!;
-      expect(notified.marginMs).toBeGreaterThanOrEqual(0);
+    });
+  });
+
+  it('every lost signal came before the server let the lock go (its node disappeared, or another holder acquired), except where excused (SIGSTOP, a foreign delete)', () => {
+    check(() => {
+      const judged = result.lostSignalMargins.filter((m) => !m.excused);
+      expect(judged.length).toBeGreaterThanOrEqual(4);
+      expect(judged.filter((m) => m.marginMs === undefined || m.late)).toEqual([]);
+      expect(result.lateSignals).toBe(0);
+    });
+  });
+
+  it('silenced right after the watch event that made it the holder: told before the server expired its session and before the other process took the lock', () => {
+    check(() => {
+      const f = result.faults.find((x) => x.fault.startsWith('silent partition right after a watch event'))!;
+      expect(f.madeHolder).toBe(true);
+      expect(f.lostReason).toBe('session-timeout');
+      expect(f.marginMs).toBeGreaterThanOrEqual(0);
+      expect(f.signalBeforeNextHolderMs).toBeGreaterThan(0);
+    });
+  });
+
+  it('rolling restart: the holder still inside its critical section after the grace was told (shutdown) before another process held the lock', () => {
+    check(() => {
+      const f = result.faults.find((x) => x.fault.startsWith('rolling restart'))!;
+      expect(f.lostReason).toBe('shutdown');
+      expect(f.signalBeforeNextHolderMs).toBeGreaterThan(0);
+    });
+  });
+
+  it('try-once during outages (cut off, silent link, ensemble down): each failed with reason connection within its 2 s bound', () => {
+    check(() => {
+      expect(result.tryOnce.calls).toBeGreaterThan(20);
+      expect(result.tryOnce.failedBursts).toEqual([]);
+      expect(Object.keys(result.tryOnce.outcomes).every((k) => k.endsWith(': connection'))).toBe(true);
     });
   });
 
