@@ -456,7 +456,7 @@ function onMessage(slot, child, m) {
       break;
     }
     case 'error': {
-      const key = `${m.name}${m.reason ? `(${m.reason})` : ''} on ${m.op}${m.shutdown ? ' (shutting down)' : ''}`;
+      const key = `${m.name}${m.reason ? `(${m.reason})` : ''} on ${m.lock} ${m.op}${m.shutdown ? ' (shutting down)' : ''}`;
       errorsByType.set(key, (errorsByType.get(key) ?? 0) + 1);
       if (args.verbose) log(`slot ${slot.slot}: ${m.lock} ${m.op}: ${m.name} ${m.reason ?? ''} ${m.message}`);
       break;
@@ -815,13 +815,14 @@ async function killWaiter() {
  * deletion reaches T, which holds at once; T's link goes silent right after. Then the library's
  * deadline (counted from T's last answered request) comes before the C client's own receive
  * timeout (2/3 of the session timeout after the event), while the socket still looks connected.
- * Tried again (up to 3 times, 2 with --short) when a heartbeat got in between.
+ * Tried again (up to 5 times; a try that silences nothing costs a second or two) when a heartbeat
+ * got in between.
  */
 async function notifyPartition() {
   const record = { fault: 'silent partition right after a watch event reached a waiter' };
   const tries = [];
   try {
-    for (let i = 0; i < (short ? 2 : 3); i++) {
+    for (let i = 0; i < 5; i++) {
       const one = await notifyPartitionOnce();
       tries.push(one);
       if (one.madeHolder) break;
@@ -945,10 +946,12 @@ async function rollingRestart(slot) {
   const hold = await holderFor(slot, 'long');
   if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
   await sleep(200); // the other processes queue behind it
+  // SIGTERM right as a short critical section begins too (a semaphore or rw holder of this process).
+  const pid = slot.child.pid;
+  await until(undefined, () => [...holds.values()].some((h) => h.pid === pid && h.end === 'open' && h.holdId !== hold.holdId) || undefined, 5_000);
   const at = now();
   record.at = at;
   const child = slot.child;
-  const pid = child.pid;
   const inFlight = [...holds.values()].filter((h) => h.pid === pid && h.end === 'open');
   child.expectedExit = true;
   const exited = new Promise((resolve) => child.once('exit', (code, signal) => resolve(signal ?? code)));

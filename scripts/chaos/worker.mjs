@@ -316,7 +316,7 @@ async function work() {
     } catch (error) {
       if (!stopping.signal.aborted) {
         stats.errors++;
-        send({ t: 'error', w, lock: lockName, op: 'acquire', name: error?.name, reason: error?.reason, message: String(error?.message), shutdown: terminating, at: now() });
+        send({ t: 'error', w, lock: lockName, op: 'acquire', name: error?.name, reason: error?.reason ?? error?.codeName, message: String(error?.message), shutdown: terminating, at: now() });
         if (!terminating) await sleep(50 + Math.random() * 100);
       }
       return;
@@ -346,7 +346,7 @@ async function work() {
       await body(hold, signal, extra);
     } catch (error) {
       stats.errors++;
-      send({ t: 'error', w, lock: lockName, op: 'hold', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
+      send({ t: 'error', w, lock: lockName, op: 'hold', name: error?.name, reason: error?.reason ?? error?.codeName, message: String(error?.message), at: now() });
     }
     const endAt = lostAt ?? now();
     send({ t: 'released', w, ...hold, endAt, lost: lostAt !== undefined, ...extra, at: now() });
@@ -356,7 +356,7 @@ async function work() {
       send({ t: 'release-done', w, holdId: hold.holdId, at: now() });
     } catch (error) {
       stats.errors++;
-      send({ t: 'error', w, lock: lockName, op: 'release', name: error?.name, reason: error?.reason, message: String(error?.message), at: now() });
+      send({ t: 'error', w, lock: lockName, op: 'release', name: error?.name, reason: error?.reason ?? error?.codeName, message: String(error?.message), at: now() });
     }
   }
 
