@@ -810,8 +810,9 @@ async function killWaiter() {
  * sending anything, so the server last heard from it before that. Its lost signal must still come
  * before the server expires its session, i.e. before another process takes the lock.
  * The sharp case, on a mutex of its own ("notify"): every worker pauses its loops, slot H holds
- * the notify mutex, slot T queues behind it; once the server has not heard from T for a quarter of
- * the session timeout (T's next heartbeat is due), H releases (and queues again at once). The
+ * the notify mutex, slot T queues behind it; once the server has not heard from T for QUIET_MS
+ * (about a quarter of the session timeout: T's next heartbeat is nearly due), H releases (and
+ * queues again at once). The
  * deletion reaches T, which holds at once; T's link goes silent right after. Then the library's
  * deadline (counted from T's last answered request) comes before the C client's own receive
  * timeout (2/3 of the session timeout after the event), while the socket still looks connected.
@@ -825,6 +826,7 @@ async function notifyPartition() {
     for (let i = 0; i < 5; i++) {
       const one = await notifyPartitionOnce();
       tries.push(one);
+      if (!one.madeHolder) log(`notification fault, try ${i + 1}: ${one.summary}`);
       if (one.madeHolder) break;
     }
   } finally {
@@ -871,25 +873,26 @@ async function notifyPartitionOnce() {
   const proxies = [...target.proxies.values()];
   const quietFor = () => performance.timeOrigin + performance.now() - Math.max(...proxies.map((p) => p.lastClientPacketTime));
   const silence = Promise.race([
-    ...proxies.map((p) => p.blackholeAfterNotification({ type: 'deleted', path: held.path, minQuietMs: HEARTBEAT_AGE_MS, holdCloses: true }).then(() => p)),
+    ...proxies.map((p) => p.blackholeAfterNotification({ type: 'deleted', path: held.path, minQuietMs: QUIET_MS - 5, holdCloses: true }).then(() => p)),
     sleep(15_000).then(() => undefined),
   ]);
-  // Let go once the server has not heard from the target for the heartbeat's age (+10 ms).
-  await until(undefined, () => quietFor() >= HEARTBEAT_AGE_MS + 10 || undefined, 10_000);
-  // Sharper than the 100 ms poll of `until`: spin on short timers for the last stretch.
-  while (quietFor() < HEARTBEAT_AGE_MS + 10) await sleep(1);
+  // Let go once the server has not heard from the target for QUIET_MS (before its next heartbeat).
+  await until(undefined, () => quietFor() >= QUIET_MS - 150 || undefined, 10_000);
+  // Sharper than the 100 ms poll of `until`: short timers for the last stretch (a heartbeat in
+  // between starts it again).
+  for (const deadline = now() + 10_000; quietFor() < QUIET_MS && now() < deadline; ) await sleep(1);
   head.child.send({ cmd: 'notify-release' });
   const releasedAt = now();
   const silenced = await Promise.race([silence, sleep(5000).then(() => undefined)]);
   for (const proxy of proxies) proxy.blackhole({ holdCloses: true }); // whichever server it tries next: silent too
   const silentAt = now();
   if (!silenced) {
-    for (const proxy of proxies) proxy.restore();
+    for (const proxy of proxies) proxy.forward(); // nothing was swallowed
     // It holds the notify mutex normally: let go, and let the other one take it once more.
     await until(undefined, () => [...holds.values()].some((h) => h.lock === 'notify' && h.pid === target.pid && h.acquiredAt > releasedAt) || undefined, 10_000);
     target.child.send({ cmd: 'notify-release' });
     await until(undefined, () => [...holds.values()].some((h) => h.lock === 'notify' && h.pid === head.pid && h.acquiredAt > releasedAt && h.end !== 'open') || undefined, 10_000);
-    return { ...result, madeHolder: false, summary: `the head's deletion reached slot ${target.slot} after it had sent something (a heartbeat?) within ${HEARTBEAT_AGE_MS} ms` };
+    return { ...result, madeHolder: false, summary: `the head's deletion reached slot ${target.slot} after it had sent something (a heartbeat?) within ${QUIET_MS} ms` };
   }
   // The server last heard from the client then (proxy clock → ours).
   const lastHeard = Math.max(...proxies.map((p) => p.lastClientPacketTime)) + PERF_TO_NOW;
@@ -930,8 +933,14 @@ async function notifyPartitionOnce() {
 const fmtMargin = (m) => (m === undefined ? '- vs' : m >= 0 ? `${m} ms before` : `${-m} ms AFTER`);
 /** lossMarginMs() of lib/core/zk-connection.ts: the library declares the loss this long before its deadline. */
 const LOSS_MARGIN_MS = Math.max(250, opts.sessionTimeoutMs / 10);
-/** The library sends a heartbeat once its newest answered request is this old (a quarter of the timeout). */
-const HEARTBEAT_AGE_MS = opts.sessionTimeoutMs / 4;
+/**
+ * A client the server has not heard from for this long when it is silenced has its library
+ * deadline (its newest answered request + timeout − margin) come before the C client's own
+ * receive timeout (2/3 of the timeout after the last packet it got), by 30 ms at least. The
+ * library's heartbeat (a request once the newest answered one is a quarter of the timeout old)
+ * comes a little later.
+ */
+const QUIET_MS = Math.ceil(opts.sessionTimeoutMs / 3 - LOSS_MARGIN_MS + 30);
 /** Add to performance.timeOrigin + performance.now() (the proxies' clock) to get now()'s clock. */
 const PERF_TO_NOW = now() - (performance.timeOrigin + performance.now());
 

@@ -43,5 +43,10 @@ export declare class TcpProxy {
   }): Promise<number>;
   /** Drops current connections (the client reconnects) and forwards normally again. */
   restore(): void;
+  /**
+   * Forwards normally again, keeping the connections: only right while nothing was swallowed
+   * (e.g. to call off blackholeAfterNotification() before it fired; its promise then never settles).
+   */
+  forward(): void;
   close(): Promise<void>;
 }

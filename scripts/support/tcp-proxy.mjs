@@ -149,6 +149,14 @@ export class TcpProxy {
     this.holdCloses = false;
   }
 
+  /** Back to forwarding, keeping the connections: only right while nothing was swallowed (e.g. to call off blackholeAfterNotification before it fired). */
+  forward() {
+    this.mode = 'open';
+    this.holdCloses = false;
+    this.notificationFilter = undefined;
+    this.notified = undefined;
+  }
+
   dropConnections() {
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
