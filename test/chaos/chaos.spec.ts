@@ -1,4 +1,4 @@
-// The short chaos run (scripts/chaos/run.mjs --short, about 90–120 s): a 3-node ensemble of its own,
+// The short chaos run (scripts/chaos/run.mjs --short, about 70–110 s): a 3-node ensemble of its own,
 // 3 worker processes behind loopback proxies, and one of each fault. The runner does the work and
 // writes its result as JSON; this file asserts on it. Needs the built package (npm test builds it).
 import { execFile } from 'node:child_process';
