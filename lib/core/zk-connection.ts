@@ -303,15 +303,21 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (session !== this.current || this.currentState === 'closed') return;
     clearTimeout(this.deadlineTimer);
     const sessionId = session.id;
-    session.close();
     if (!this.connectedSessions.has(session)) {
       // Never connected: nothing was lost, keep trying.
+      session.close();
       this.openSession();
       return;
     }
+    // Holders first: closing a handle whose link went silent blocks the event loop until the C
+    // client gives up waiting for the server's answer to the close (1.5 s), and a signal that
+    // aborts after that may come after the server freed the lock. So the successor becomes
+    // current (what held on the old session is told it is gone), then the loss is announced,
+    // then the old handle is closed.
+    this.openSession();
     this.setState('lost');
     this.emit('lost', reason, sessionId);
-    this.openSession();
+    setImmediate(() => session.close());
   }
 
   private setState(state: ConnectionState): void {

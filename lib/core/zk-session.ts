@@ -315,8 +315,7 @@ export class ZkSession {
       // Sent no sooner than now (the C client may queue it): a safe lower bound.
       const sentAt = performance.now();
       const rc = send((code, value) => {
-        // OK and API errors (-100 and below) are answers from the server, except the client's own SESSIONEXPIRED.
-        const answered = code === ZkCode.OK || (code <= -100 && code !== ZkCode.SESSIONEXPIRED);
+        const answered = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
         if (answered && sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = sentAt;
         if (code === ZkCode.OK) resolve(value);
         else reject(new ZkError(code, operation, path));
@@ -326,6 +325,12 @@ export class ZkSession {
     });
   }
 }
+
+/**
+ * API error codes (-100 and below) are the server's answers, except these, which the C client
+ * makes up itself (an expired or closing handle, failed auth, a watch it does not have).
+ */
+const CLIENT_SIDE_CODES = new Set<number>([ZkCode.SESSIONEXPIRED, ZkCode.AUTHFAILED, ZkCode.CLOSING, -117 /* NOTHING */, -121 /* NOWATCHER */]);
 
 function disarm(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
   const listeners = map.get(path);

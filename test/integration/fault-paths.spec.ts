@@ -26,7 +26,7 @@ describe('mutual exclusion under faults', () => {
   it('a holder made by the "predecessor was head" shortcut and silenced right after that event loses its signal before the server can expire its session', async () => {
     // The deletion event reaches V without the server hearing from V; V's last packet is older.
     // The server expires V's session one timeout after it last heard from V, not after the event.
-    const timeoutMs = 3000;
+    const timeoutMs = 4000;
     const path = uniquePath('shortcut-silent');
     const observer = await connect();
     const first = await new Mutex(await engine(), 'ss', path).acquire();
@@ -41,7 +41,9 @@ describe('mutual exclusion under faults', () => {
     await untilChildCount(observer, path, 3);
 
     // Release when V has sent nothing for a while (it pings only after a third of its timeout).
-    await eventually(() => Date.now() - proxy.lastClientPacketAt >= 600, 20_000, 5);
+    // Long enough that at the deadline the C client still believes the silent link is up (it notices
+    // after 2/3 of the timeout without a packet), so closing the lost session blocks (see sessionLost).
+    await eventually(() => Date.now() - proxy.lastClientPacketAt >= 1050, 20_000, 2);
     const silenced = proxy.blackholeAfterNotification();
     await first.release();
     await silenced;
