@@ -4,7 +4,7 @@ import { holderDataWriter, type HolderIdentity } from './holder-data.js';
 import { ancestorsOf, HANDOFF_BITS, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection, SessionLostReason } from './zk-connection.js';
-import { CreateMode, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
+import { ADDON_FIX_VERSION, addonFixVersion, CreateMode, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
 
 export interface LockEngineOptions extends HolderIdentity {
   /** Parent of lock names that do not start with "/". Default `/locks`. */
@@ -81,6 +81,9 @@ export interface SessionBound {
  */
 let engines = 0;
 
+/** One warning per process about an unpatched addon. */
+let addonWarned = false;
+
 export class LockEngine {
   readonly basePath: string;
   /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
@@ -95,6 +98,8 @@ export class LockEngine {
     this.basePath = validateEngineOptions(identity);
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     connection.on('lost', (reason) => this.sessionGone(reason));
+    // After the caller's synchronous setup, so that its onWarning listener hears it.
+    queueMicrotask(() => this.warnIfAddonUnfixed());
     connection.on('state', (state) => {
       if (state === 'connected') return;
       const listeners = [...this.disconnectListeners];
@@ -116,6 +121,16 @@ export class LockEngine {
   warn(message: string): void {
     if (this.warningListeners.size === 0) process.emitWarning(message, 'ZkLockWarning');
     for (const listener of this.warningListeners) listener(message);
+  }
+
+  private warnIfAddonUnfixed(): void {
+    if (addonWarned || addonFixVersion() >= ADDON_FIX_VERSION) return;
+    addonWarned = true;
+    this.warn(
+      'the zookeeper addon lacks the descriptor fix (nestjs-zk-lock\'s postinstall did not run or failed): ' +
+        'a ZooKeeper connection timeout can hang or abort this process. Run ' +
+        '`node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.',
+    );
   }
 
   get defaultWaitMs(): number {

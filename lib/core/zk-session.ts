@@ -1,10 +1,23 @@
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
 
 // `zookeeper` is a CommonJS native addon; load it through require so both this ESM build and
 // bundlers see one copy of the binding.
 const require = createRequire(import.meta.url);
 const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
+
+/**
+ * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
+ * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
+ */
+export const ADDON_FIX_VERSION = 2;
+export function addonFixVersion(): number {
+  const dir = dirname(require.resolve('zookeeper/package.json'));
+  const binding = createRequire(join(dir, 'package.json'))('node-gyp-build')(dir) as { ZooKeeper: Record<string, unknown> };
+  const version = binding.ZooKeeper.NESTJS_ZK_LOCK_FD_FIX;
+  return typeof version === 'number' ? version : 0;
+}
 
 /** The subset of the `zookeeper` package's class this library uses (callback API). */
 interface NativeZooKeeperClass {

@@ -1,0 +1,121 @@
+#!/usr/bin/env node
+// Carries one fix to the `zookeeper` addon (7.3.0) and rebuilds it; runs as this package's
+// postinstall, and by hand: `node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.
+//
+// The defect: when the C client closes its socket inside zookeeper_interest() (receive timeout on a
+// silent link or after a process stall, or a connect() that fails at once) it returns an error,
+// and the addon's yield() returns early, keeping its poll handle and the closed descriptor's number.
+// Node then gives that number to a new socket (an HTTP connection, a new ZooKeeper session) and
+// libuv registers it. At the next reconnect the C client's new socket has another number, so the
+// addon closes the old poll handle, and libuv removes "its" descriptor from epoll: the new owner's
+// socket. That socket hears nothing any more (a hung request, or a ZooKeeper session that never
+// reconnects), and the next time libuv changes its interest it gets ENOENT from EPOLL_CTL_MOD and
+// calls abort() (SIGABRT, nothing logged).
+//
+// The fix: on that error, close the poll handle at once (the descriptor was closed in this very
+// call, so its number cannot belong to anyone else yet) and forget the number. The rebuilt addon
+// also carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX, which the library checks.
+'use strict';
+const { spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const path = require('node:path');
+
+const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
+const FIX_VERSION = 2;
+const HUNKS = [
+  {
+    before: `        if (rc) {
+            LOG_ERROR("yield:zookeeper_interest returned error: %d - %s\\n", rc, zerror(rc));
+            return;
+        }`,
+    after: `        if (rc) {
+            LOG_ERROR("yield:zookeeper_interest returned error: %d - %s\\n", rc, zerror(rc));
+            // ${MARKER}: the C client may have closed its socket in this call. Close the poll
+            // handle now, while no one else can own the descriptor's number; closing it later
+            // would remove whichever socket got that number from epoll (libuv then aborts).
+            if (zk_io) {
+                uv_close((uv_handle_t*) zk_io, delete_on_close);
+                zk_io = NULL;
+            }
+            fd = -1;
+            // ${MARKER}: and try again soon, as the C client asks (it zeroed tv; after trying every
+            // server it delays by itself). The repeating timer would wait up to a third of the timeout.
+            int state = zoo_state(zhandle);
+            if (state != ZOO_EXPIRED_SESSION_STATE && state != ZOO_AUTH_FAILED_STATE) {
+                uv_timer_start(&zk_timer, &zk_timer_cb, NESTJS_ZK_LOCK_RETRY_MS, NESTJS_ZK_LOCK_RETRY_MS);
+            }
+            return;
+        }`,
+  },
+  {
+    before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,
+    after: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n        NODE_DEFINE_CONSTANT(constructor, ${MARKER});\n`,
+  },
+];
+// 2: also retries 10 ms after such an error instead of at the old timer's next tick.
+const DEFINE = `#define ${MARKER} 2\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
+
+function log(message) {
+  console.log(`nestjs-zk-lock: ${message}`);
+}
+
+function addonDir() {
+  // From the installing project first (npm hoists `zookeeper` next to us), then from this package.
+  for (const from of [process.env.INIT_CWD, process.cwd(), __dirname]) {
+    if (!from) continue;
+    try {
+      return path.dirname(require.resolve('zookeeper/package.json', { paths: [from] }));
+    } catch {}
+  }
+  return undefined;
+}
+
+function isFixed(dir) {
+  const load = `require(require.resolve('node-gyp-build', { paths: [${JSON.stringify(dir)}] }))(${JSON.stringify(dir)})`;
+  const probe = spawnSync(process.execPath, ['-p', `${load}.ZooKeeper.${MARKER}`], { encoding: 'utf8' });
+  return probe.stdout.trim() === String(FIX_VERSION);
+}
+
+function patchSource(file) {
+  let source = fs.readFileSync(file, 'utf8');
+  if (source.includes(MARKER)) return source.includes(DEFINE);
+  for (const { before } of HUNKS) if (!source.includes(before)) return false;
+  for (const { before, after } of HUNKS) source = source.replace(before, after);
+  source = DEFINE + source;
+  // A new file, not an in-place write: package managers may hard-link this file from a shared store.
+  const next = `${file}.${process.pid}.tmp`;
+  fs.writeFileSync(next, source);
+  fs.renameSync(next, file);
+  return true;
+}
+
+function nodeGyp() {
+  if (process.env.npm_config_node_gyp) return process.env.npm_config_node_gyp;
+  const besideNode = path.join(path.dirname(process.execPath), '..', 'lib', 'node_modules', 'npm', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+  return fs.existsSync(besideNode) ? besideNode : undefined;
+}
+
+function main() {
+  const dir = addonDir();
+  if (!dir) return log('the zookeeper package is not installed; nothing to patch');
+  const version = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
+  if (isFixed(dir)) return log(`zookeeper ${version} addon already carries the descriptor fix`);
+  if (!patchSource(path.join(dir, 'src', 'node-zk.cpp'))) {
+    return warn(`zookeeper ${version}: its source does not match the fix (made for 7.3.0); not patched`);
+  }
+  const gyp = nodeGyp();
+  if (!gyp) return warn('node-gyp not found; the zookeeper addon was patched but not rebuilt');
+  // `build` reuses the Makefile the addon's own install configured; without one, configure first.
+  const command = fs.existsSync(path.join(dir, 'build', 'Makefile')) ? 'build' : 'rebuild';
+  log(`rebuilding the zookeeper ${version} addon with the descriptor fix (node-gyp ${command})`);
+  const built = spawnSync(process.execPath, [gyp, command], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
+  if (built.status !== 0 || !isFixed(dir)) return warn('rebuilding the zookeeper addon failed');
+  log('the zookeeper addon carries the descriptor fix');
+}
+
+function warn(message) {
+  console.warn(`nestjs-zk-lock: WARNING: ${message}. Without the fix a ZooKeeper connection timeout can ` +
+    'abort the process (see "Known limitations" in the README). The install goes on.');
+}
+
+main();
