@@ -13,19 +13,35 @@
 // calls abort() (SIGABRT, nothing logged).
 //
 // The fix: on that error, close the poll handle at once (the descriptor was closed in this very
-// call, so its number cannot belong to anyone else yet) and forget the number. The rebuilt addon
-// also carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX, which the library checks.
+// call, so its number cannot belong to anyone else yet) and forget the number.
+//
+// Two more changes on the same early returns of yield(), which never restarted the addon's timer,
+// so the next connection attempt waited for the repeating timer's old period (a third of the
+// session timeout, 5 s for 15 s) instead of the delay the C client asked for: after such an error
+// the addon now tries again in 10 ms, and when the C client has tried every server and asks to wait
+// (a 60th of the timeout) it waits that long. This is most of what a leader loss cost under load.
+//
+// The rebuilt addon carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX (the fix's version),
+// which the library checks.
 'use strict';
 const { spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 2;
+const FIX_VERSION = 3;
 const HUNKS = [
   {
     before: `        if (rc) {
             LOG_ERROR("yield:zookeeper_interest returned error: %d - %s\\n", rc, zerror(rc));
+            return;
+        }
+
+        if (fd == -1 ) {
+            if (zk_io) {
+                uv_close((uv_handle_t*) zk_io, delete_on_close);
+                zk_io = NULL;
+            }
             return;
         }`,
     after: `        if (rc) {
@@ -38,12 +54,25 @@ const HUNKS = [
                 zk_io = NULL;
             }
             fd = -1;
-            // ${MARKER}: and try again soon, as the C client asks (it zeroed tv; after trying every
-            // server it delays by itself). The repeating timer would wait up to a third of the timeout.
+            // ${MARKER}: and try again soon, as the C client asks (it zeroed tv), unless the
+            // session is over; the repeating timer would wait up to a third of the timeout.
             int state = zoo_state(zhandle);
             if (state != ZOO_EXPIRED_SESSION_STATE && state != ZOO_AUTH_FAILED_STATE) {
                 uv_timer_start(&zk_timer, &zk_timer_cb, NESTJS_ZK_LOCK_RETRY_MS, NESTJS_ZK_LOCK_RETRY_MS);
             }
+            return;
+        }
+
+        if (fd == -1 ) {
+            if (zk_io) {
+                uv_close((uv_handle_t*) zk_io, delete_on_close);
+                zk_io = NULL;
+            }
+            // ${MARKER}: no socket (every server failed): come back when the C client asked
+            // (tv, a 60th of the timeout), not at the repeating timer's next tick (a third).
+            int64_t wait = tv.tv_sec * 1000 + tv.tv_usec / 1000;
+            if (wait < NESTJS_ZK_LOCK_RETRY_MS) wait = NESTJS_ZK_LOCK_RETRY_MS;
+            uv_timer_start(&zk_timer, &zk_timer_cb, wait, wait);
             return;
         }`,
   },
@@ -52,8 +81,7 @@ const HUNKS = [
     after: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n        NODE_DEFINE_CONSTANT(constructor, ${MARKER});\n`,
   },
 ];
-// 2: also retries 10 ms after such an error instead of at the old timer's next tick.
-const DEFINE = `#define ${MARKER} 2\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
+const DEFINE = `#define ${MARKER} ${FIX_VERSION}\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
 
 function log(message) {
   console.log(`nestjs-zk-lock: ${message}`);

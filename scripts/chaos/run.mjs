@@ -60,19 +60,16 @@
 // calls during outages must fail for want of a connection within 2 s (+ 250 ms for timers firing
 // late; the worker's worst event-loop delay is reported alongside). Stale writes are judged by
 // acquisition order, independently of the tokens.
-import { execFile, fork } from 'node:child_process';
+import { fork } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import net from 'node:net';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { TcpProxy } from '../support/tcp-proxy.mjs';
+import { ensemble, fourLetter, REPO, SERVER_IDS } from './ensemble.mjs';
 
-const REPO = fileURLToPath(new URL('../../', import.meta.url));
-const ZK_SCRIPT = join(REPO, 'scripts', 'zookeeper.sh');
 const WORKER = fileURLToPath(new URL('./worker.mjs', import.meta.url));
 
 const { values: args } = parseArgs({
@@ -147,51 +144,11 @@ function log(message) {
 // ---------------------------------------------------------------------------------------------
 // ZooKeeper: the script and four-letter words only
 
-function zk(cmdArgs) {
-  return new Promise((resolve, reject) => {
-    execFile('bash', [ZK_SCRIPT, ...cmdArgs], { cwd: REPO, timeout: 180_000, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
-      if (args.verbose && stderr) process.stderr.write(stderr);
-      if (error) reject(new Error(`zookeeper.sh ${cmdArgs.join(' ')}: ${error.message}\n${stderr}`));
-      else resolve(stdout.trim().split('\n').pop() ?? '');
-    });
-  });
-}
-
-function fourLetter(port, cmd, timeoutMs = 2000) {
-  return new Promise((resolve, reject) => {
-    const chunks = [];
-    const socket = net.createConnection({ host: '127.0.0.1', port }, () => socket.end(cmd));
-    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`${cmd} to ${port} timed out`)));
-    socket.on('data', (c) => chunks.push(c));
-    socket.on('error', reject);
-    socket.on('close', (hadError) => !hadError && resolve(Buffer.concat(chunks).toString('utf8')));
-  });
-}
-
-const ZK_DIR = join(tmpdir(), `nestjs-zk-lock-chaos.${randomBytes(6).toString('hex')}`);
-const SERVER_IDS = [1, 2, 3];
-const serverPort = (id) => Number(readFileSync(join(ZK_DIR, `server.${id}.port`), 'utf8').trim());
-
-async function modeOf(id) {
-  try {
-    return /^Mode: (\w+)$/m.exec(await fourLetter(serverPort(id), 'srvr', 1000))?.[1] ?? 'down';
-  } catch {
-    return 'down';
-  }
-}
-async function leaders() {
-  const modes = await Promise.all(SERVER_IDS.map(async (id) => [id, await modeOf(id)]));
-  return modes.filter(([, m]) => m === 'leader').map(([id]) => id);
-}
-async function waitForLeader(timeoutMs = 60_000, exclude = []) {
-  const deadline = now() + timeoutMs;
-  while (now() < deadline) {
-    const l = await leaders();
-    if (l.length === 1 && !exclude.includes(l[0])) return l[0];
-    await sleep(100);
-  }
-  return undefined;
-}
+const ZK = ensemble({ verbose: args.verbose });
+const ZK_DIR = ZK.dir;
+const zk = ZK.script;
+const serverPort = ZK.port;
+const { modeOf, leaders, waitForLeader } = ZK;
 
 /** Session ids (bigint) that own ephemeral nodes, from the `dump` of server `id`. */
 async function sessionsWithEphemerals(id) {
