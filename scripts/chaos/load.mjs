@@ -13,7 +13,7 @@
 // - pause:    SIGSTOP of one instance for 2 s more than its session timeout (15 s), then SIGCONT.
 // Per fault it prints: the stall (the longest time without a sale, from the last sale before the
 // fault), the time until sales run at half the rate of the 5 s before the fault again, the answers
-// by status from the fault to 10 s after, process exits, and the event's oversold seats and lost
+// by status from the fault to 10 s after it ended (SIGCONT for a pause), process exits, and the event's oversold seats and lost
 // updates (201 answers that the database does not count). Exit code 0 when no instance died and
 // nothing was oversold or lost, 1 otherwise, 2 when the run itself failed.
 import { mkdtempSync, writeFileSync } from 'node:fs';
@@ -118,24 +118,26 @@ async function pauseInstance() {
   process.kill(instance.pid, 'SIGSTOP');
   await sleep(SESSION_TIMEOUT_MS + 2000);
   process.kill(instance.pid, 'SIGCONT');
-  return { at, detail: instance.name };
+  return { at, endAt: Date.now(), detail: instance.name };
 }
 
 /** Sales (201) completed in [from, to). */
 const salesIn = (from, to) => answers.filter(([, end, status]) => status === 201 && end >= from && end < to).length;
 
-function measure(fault, { at, detail }, id) {
+/** `at`: the fault; `endAt`: when it ended (SIGCONT), for faults that last. */
+function measure(fault, { at, endAt = at, detail }, id) {
+  const windowEnd = endAt + AFTER_MS;
   const baseline = salesIn(at - STEADY_MS, at) / (STEADY_MS / 1000); // sales per second
   const saleTimes = answers.filter(([, end, status]) => status === 201).map(([, end]) => end).sort((a, b) => a - b);
   const before = saleTimes.filter((t) => t < at).pop() ?? at;
   let stallMs = 0;
   let previous = before;
-  for (const t of saleTimes.filter((t) => t >= at && t < at + AFTER_MS)) {
+  for (const t of saleTimes.filter((t) => t >= at && t < windowEnd)) {
     stallMs = Math.max(stallMs, t - previous);
     previous = t;
   }
   let normalMs;
-  for (let t = at; t < at + 60_000; t += 100) {
+  for (let t = at; t + 1000 <= windowEnd; t += 100) {
     if (salesIn(t, t + 1000) >= baseline / 2) {
       normalMs = t - at;
       break;
@@ -143,7 +145,7 @@ function measure(fault, { at, detail }, id) {
   }
   const byStatus = {};
   for (const [start, , status, ofEvent] of answers) {
-    if (ofEvent === id && start >= at && start < at + AFTER_MS) byStatus[status] = (byStatus[status] ?? 0) + 1;
+    if (ofEvent === id && start >= at && start < windowEnd) byStatus[status] = (byStatus[status] ?? 0) + 1;
   }
   return { fault, detail, eventId: id, baselinePerS: Math.round(baseline), stallMs, normalMs, byStatus };
 }
@@ -178,10 +180,10 @@ async function main() {
       await sleep(STEADY_MS);
       const exitsBefore = exits.length;
       const injected = await FAULTS[fault]();
-      await sleep(Math.max(0, injected.at + AFTER_MS - Date.now()));
+      await sleep(Math.max(0, (injected.endAt ?? injected.at) + AFTER_MS - Date.now()));
       const result = { ...measure(fault, injected, id), exits: exits.slice(exitsBefore) };
       results.push(result);
-      log(`${fault} (${result.detail}): stall ${result.stallMs} ms, normal after ${result.normalMs ?? '>60000'} ms, ` +
+      log(`${fault} (${result.detail}): stall ${result.stallMs} ms, normal after ${result.normalMs ?? 'never'} ms, ` +
         `answers ${JSON.stringify(result.byStatus)}, exits ${result.exits.length}`);
       if (exits.length) break;
     }
@@ -194,10 +196,10 @@ async function main() {
 }
 
 function table(results) {
-  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to +10 s', 'exits', 'oversold', 'lost updates']];
+  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to its end + 10 s', 'exits', 'oversold', 'lost updates']];
   for (const r of results) {
     const answersText = Object.entries(r.byStatus).map(([s, n]) => `${s}: ${n}`).join(', ');
-    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? '>60000', answersText, r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates]);
+    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? 'never', answersText, r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates]);
   }
   const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => String(row[c]).length)));
   return rows.map((row) => row.map((cell, c) => String(cell).padEnd(widths[c])).join(' | ')).join('\n');
@@ -211,7 +213,7 @@ try {
     const of = results.filter((r) => r.fault === fault);
     if (!of.length) continue;
     const stalls = of.map((r) => r.stallMs).sort((a, b) => a - b);
-    const normals = of.map((r) => r.normalMs ?? 60_000).sort((a, b) => a - b);
+    const normals = of.map((r) => r.normalMs ?? Infinity).sort((a, b) => a - b);
     console.log(`${fault}: ${of.length}×, stall median ${stalls[stalls.length >> 1]} ms (max ${stalls.at(-1)}), normal after median ${normals[normals.length >> 1]} ms (max ${normals.at(-1)})`);
   }
   const bad = exits.length > 0 || results.some((r) => r.oversold > 0 || r.lostUpdates !== 0);
