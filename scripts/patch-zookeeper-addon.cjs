@@ -21,6 +21,10 @@
 // the addon now tries again in 10 ms, and when the C client has tried every server and asks to wait
 // (a 60th of the timeout) it waits that long. This is most of what a leader loss cost under load.
 //
+// And the C client is configured with --with-sock-cloexec: its sockets are close-on-exec, so a
+// child process spawned by the app no longer inherits them (while such a child lived, the client
+// could not reconnect, and the addon could declare a live session expired).
+//
 // The rebuilt addon carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX (the fix's version),
 // which the library checks.
 'use strict';
@@ -29,8 +33,8 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 3;
-const HUNKS = [
+const FIX_VERSION = 4;
+const ADDON_HUNKS = [
   {
     before: `        if (rc) {
             LOG_ERROR("yield:zookeeper_interest returned error: %d - %s\\n", rc, zerror(rc));
@@ -82,6 +86,13 @@ const HUNKS = [
   },
 ];
 const DEFINE = `#define ${MARKER} ${FIX_VERSION}\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
+// The C client's own build: sockets with close-on-exec, so that a child process does not inherit them.
+const BUILD_HUNKS = [
+  {
+    before: "--with-pic --without-cppunit`;",
+    after: "--with-pic --without-cppunit --with-sock-cloexec`;",
+  },
+];
 
 function log(message) {
   console.log(`nestjs-zk-lock: ${message}`);
@@ -104,12 +115,13 @@ function isFixed(dir) {
   return probe.stdout.trim() === String(FIX_VERSION);
 }
 
-function patchSource(file) {
+/** Applies `hunks` to `file` (`prefix` first); false if the file does not match them. */
+function patchFile(file, hunks, prefix = '') {
   let source = fs.readFileSync(file, 'utf8');
-  if (source.includes(MARKER)) return source.includes(DEFINE);
-  for (const { before } of HUNKS) if (!source.includes(before)) return false;
-  for (const { before, after } of HUNKS) source = source.replace(before, after);
-  source = DEFINE + source;
+  if (hunks.every(({ after }) => source.includes(after)) && source.startsWith(prefix)) return true;
+  for (const { before } of hunks) if (!source.includes(before)) return false;
+  for (const { before, after } of hunks) source = source.replace(before, after);
+  source = prefix + source;
   // A new file, not an in-place write: package managers may hard-link this file from a shared store.
   const next = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(next, source);
@@ -128,7 +140,9 @@ function main() {
   if (!dir) return log('the zookeeper package is not installed; nothing to patch');
   const version = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
   if (isFixed(dir)) return log(`zookeeper ${version} addon already carries the descriptor fix`);
-  if (!patchSource(path.join(dir, 'src', 'node-zk.cpp'))) {
+  // The addon's build runs the C client's configure and make again (its "already built" check
+  // never matches), so the new configure flag takes effect in this same build.
+  if (!patchFile(path.join(dir, 'src', 'node-zk.cpp'), ADDON_HUNKS, DEFINE) || !patchFile(path.join(dir, 'scripts', 'build.js'), BUILD_HUNKS)) {
     return warn(`zookeeper ${version}: its source does not match the fix (made for 7.3.0); not patched`);
   }
   const gyp = nodeGyp();

@@ -1,6 +1,8 @@
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readdirSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
-import { zkConnectString } from '../support/helpers.js';
+import { closeAll, connect, zkConnectString } from '../support/helpers.js';
 
 // The `zookeeper` addon as published keeps polling a descriptor number its C client closed on a
 // receive timeout, and later removes that number from epoll: whichever socket took it (an HTTP
@@ -21,6 +23,24 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
     const report = `exit ${code}\n${stdout}\n${stderr.split('\n').slice(-15).join('\n')}`;
     expect({ code, hung: stdout.includes('"hung":0') ? 0 : 'some', report }).toEqual({ code: 0, hung: 0, report });
   }, 250_000);
+
+  // The C client as published creates its sockets without close-on-exec: a child process spawned
+  // after the connection opened kept the socket open, so after a disconnection the client could
+  // not reconnect while the child lived (README's old "Child processes" limitation).
+  it('a child process spawned while connected inherits no ZooKeeper socket', async () => {
+    const connection = await connect();
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      await once(child, 'spawn');
+      const sockets = readdirSync(`/proc/${child.pid}/fd`)
+        .map((fd) => { try { return readlinkSync(`/proc/${child.pid}/fd/${fd}`); } catch { return ''; } })
+        .filter((target) => target.startsWith('socket:'));
+      expect({ sockets, connected: connection.state }).toEqual({ sockets: [], connected: 'connected' });
+    } finally {
+      child.kill();
+      await closeAll();
+    }
+  });
 
   it('is the build with the fix', async () => {
     const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../lib/core/zk-session.js');
