@@ -140,8 +140,6 @@ function main() {
   if (!dir) return log('the zookeeper package is not installed; nothing to patch');
   const version = JSON.parse(fs.readFileSync(path.join(dir, 'package.json'), 'utf8')).version;
   if (isFixed(dir)) return log(`zookeeper ${version} addon already carries the descriptor fix`);
-  // The addon's build runs the C client's configure and make again (its "already built" check
-  // never matches), so the new configure flag takes effect in this same build.
   if (!patchFile(path.join(dir, 'src', 'node-zk.cpp'), ADDON_HUNKS, DEFINE) || !patchFile(path.join(dir, 'scripts', 'build.js'), BUILD_HUNKS)) {
     return warn(`zookeeper ${version}: its source does not match the fix (made for 7.3.0); not patched`);
   }
@@ -150,8 +148,12 @@ function main() {
   // `build` reuses the Makefile the addon's own install configured; without one, configure first.
   const command = fs.existsSync(path.join(dir, 'build', 'Makefile')) ? 'build' : 'rebuild';
   log(`rebuilding the zookeeper ${version} addon with the descriptor fix (node-gyp ${command})`);
-  const built = spawnSync(process.execPath, [gyp, command], { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] });
-  if (built.status !== 0 || !isFixed(dir)) return warn('rebuilding the zookeeper addon failed');
+  // The C client first (its configure flag changed; make recompiles what config.h reaches), then
+  // the addon, which links it. The addon's own gyp action would not run the C build again.
+  const quiet = { cwd: dir, stdio: ['ignore', 'ignore', 'inherit'] };
+  const client = spawnSync(process.execPath, [path.join('scripts', 'build.js')], quiet);
+  const built = client.status === 0 && spawnSync(process.execPath, [gyp, command], quiet);
+  if (!built || built.status !== 0 || !isFixed(dir)) return warn('rebuilding the zookeeper addon failed');
   log('the zookeeper addon carries the descriptor fix');
 }
 
