@@ -1,6 +1,6 @@
 // A throw-away 3-node ensemble for the chaos runners, driven through scripts/zookeeper.sh and
-// four-letter words only (a runner that forks workers must not hold a ZooKeeper connection itself:
-// children would inherit the native client's sockets).
+// four-letter words only (the runners' own process holds no ZooKeeper connection: what it observes
+// must not depend on the library under test).
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';

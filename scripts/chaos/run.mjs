@@ -13,9 +13,8 @@
 // - starts one loopback TCP proxy per (worker process, ensemble member), so a worker reaches
 //   ZooKeeper only through its own three proxies and can be cut off alone;
 // - forks worker processes (scripts/chaos/worker.mjs) that loop on a mutex, a semaphore
-//   (permits 2) and a read-write lock. This process never holds a ZooKeeper connection (children
-//   would inherit the native client's sockets, see README "Known limitations"): it talks to
-//   ZooKeeper only with four-letter words, and the final check runs in a child process;
+//   (permits 2) and a read-write lock. This process never holds a ZooKeeper connection (what it
+//   observes must not depend on the library under test): it talks to ZooKeeper only with four-letter words, and the final check runs in a child process;
 // - is the workers' data store, over the IPC channel: a fenced counter per lock. A read or write
 //   carrying a token lower than one the store has seen is rejected and counted;
 // - injects each fault at least once: kill -9 of the leader (restarted later), kill -9 of a

@@ -236,9 +236,9 @@ export class CuratorPeer {
       connectString,
     ];
     // Through bash, which closes every inherited fd above 2 and then execs java (so the pid is the
-    // JVM's; dash cannot close fds above 9). The zookeeper C client's sockets are not close-on-exec,
-    // and while a child holds a copy of one our connection cannot reconnect (reported as a library
-    // bug): the peer must not change how our client behaves.
+    // JVM's; dash cannot close fds above 9). Our postinstall builds the C client's sockets
+    // close-on-exec; this keeps the peer harmless even with an unpatched addon, where a child's copy
+    // of a socket kept our connection from reconnecting.
     const child = existsSync('/proc/self/fd') && existsSync('/bin/bash')
       ? spawn('/bin/bash', ['-c', CLOSE_FDS_AND_EXEC, 'curator-peer', JAVA, ...args], { stdio: ['pipe', 'pipe', 'pipe'] })
       : spawn(JAVA, args, { stdio: ['pipe', 'pipe', 'pipe'] });
