@@ -1,33 +1,55 @@
 import { Catch, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { throwError, type Observable } from 'rxjs';
 import { LockNotAcquiredError } from '../core/errors.js';
 
+/** What every transport tells the caller, without naming the lock. */
+function answerFor(error: LockNotAcquiredError) {
+  const unavailable = error.reason === 'connection';
+  return {
+    statusCode: unavailable ? HttpStatus.SERVICE_UNAVAILABLE : HttpStatus.CONFLICT,
+    error: unavailable ? 'Service Unavailable' : 'Conflict',
+    message: unavailable ? 'The lock service is unavailable; retry later' : 'The resource is busy; retry later',
+    retryAfterSeconds: unavailable ? 5 : 1,
+  };
+}
+
 /**
- * Opt-in: answers HTTP requests whose lock was not acquired with 409 Conflict and `Retry-After`
- * (503 when the lock service itself is unavailable), without naming the lock. Outside HTTP the
- * error is rethrown unchanged. Register with `{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }`
- * or `app.useGlobalFilters(new ZkLockExceptionFilter(app.get(HttpAdapterHost)))`.
+ * Opt-in: answers callers whose lock was not acquired in their transport's way, without naming the
+ * lock. HTTP: 409 Conflict (503 when the lock service itself is unavailable) with `Retry-After`.
+ * Microservices (`rpc`): an error reply `{ status: 'error', statusCode, error, message,
+ * retryAfterSeconds }`, as Nest's RPC filters answer. WebSockets (`ws`): an `exception` event with
+ * the same payload, as Nest's WS filter does. Other contexts get the error rethrown. Register with
+ * `{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }` or
+ * `app.useGlobalFilters(new ZkLockExceptionFilter(app.get(HttpAdapterHost)))`.
  * @publicApi
  */
 @Catch(LockNotAcquiredError)
 export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredError> {
-  constructor(private readonly adapterHost: HttpAdapterHost) {}
+  constructor(private readonly adapterHost?: HttpAdapterHost) {}
 
-  catch(error: LockNotAcquiredError, host: ArgumentsHost): void {
-    if (host.getType() !== 'http') throw error;
-    const adapter = this.adapterHost.httpAdapter;
-    const response = host.switchToHttp().getResponse();
-    const unavailable = error.reason === 'connection';
-    const status = unavailable ? HttpStatus.SERVICE_UNAVAILABLE : HttpStatus.CONFLICT;
-    adapter.setHeader(response, 'Retry-After', unavailable ? '5' : '1');
-    adapter.reply(
-      response,
-      {
-        statusCode: status,
-        error: unavailable ? 'Service Unavailable' : 'Conflict',
-        message: unavailable ? 'The lock service is unavailable; retry later' : 'The resource is busy; retry later',
-      },
-      status,
-    );
+  catch(error: LockNotAcquiredError, host: ArgumentsHost): void | Observable<never> {
+    const answer = answerFor(error);
+    switch (host.getType<string>()) {
+      case 'http': {
+        // Without an HTTP adapter (a microservice-only app) there is no HTTP to answer.
+        const adapter = this.adapterHost?.httpAdapter;
+        if (!adapter) throw error;
+        const response = host.switchToHttp().getResponse();
+        adapter.setHeader(response, 'Retry-After', String(answer.retryAfterSeconds));
+        const { statusCode, error: name, message } = answer;
+        adapter.reply(response, { statusCode, error: name, message }, statusCode);
+        return;
+      }
+      case 'rpc':
+        // Nest's RPC exception path sends what the filter's Observable errors with; a rethrow
+        // sends nothing and the client waits for its own timeout.
+        return throwError(() => ({ status: 'error', ...answer }));
+      case 'ws':
+        host.switchToWs().getClient<{ emit(event: string, payload: unknown): void }>().emit('exception', { status: 'error', ...answer });
+        return;
+      default:
+        throw error;
+    }
   }
 }
