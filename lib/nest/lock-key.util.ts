@@ -2,7 +2,8 @@ import { InvalidLockNameError } from '../core/errors.js';
 
 /**
  * A lock key: a name, a template over the method's arguments (`'order:{0.id}'`), or a function of
- * the arguments returning a name or a list of names (a list is a multi-lock).
+ * the arguments returning a name or a list of names (a list is a multi-lock; a name listed twice
+ * is taken once).
  */
 export type LockKey = string | ((...args: any[]) => string | readonly string[]);
 
@@ -20,7 +21,8 @@ export function resolveLockNames(key: LockKey, args: readonly unknown[]): string
     if (!names || names.length === 0 || names.some((n) => typeof n !== 'string')) {
       throw new InvalidLockNameError(String(result), 'the @WithLock key function must return a name or a non-empty list of names');
     }
-    return names;
+    // One lock named twice (a transfer from account 7 to 7) is taken once.
+    return [...new Set(names)];
   }
   return [renderTemplate(key, args)];
 }

@@ -43,10 +43,13 @@ export class LockService {
 
   /**
    * All of `members` or none (mutexes, read/write halves, semaphores, by name or as objects),
-   * taken in one canonical order so overlapping multi-locks never deadlock. A string is a mutex.
+   * taken in one canonical order so overlapping multi-locks never deadlock. A string is a mutex
+   * (a name listed twice is taken once).
    */
   multiLock(members: readonly (string | Lockable)[]): MultiLock {
-    return new MultiLock(members.map((m) => (typeof m === 'string' ? this.mutex(m) : m)));
+    // A name given twice is one lock, taken once; the same object twice is a usage error (MultiLock).
+    const unique = members.filter((m, i) => typeof m !== 'string' || members.indexOf(m) === i);
+    return new MultiLock(unique.map((m) => (typeof m === 'string' ? this.mutex(m) : m)));
   }
 
   /** Acquires the mutex `name`, runs `fn` with the lease, releases in `finally`. */
