@@ -183,9 +183,21 @@ function version(): string {
   }
 }
 
+/**
+ * `text` with control characters (C0, DEL, C1) and bidirectional overrides escaped: anyone who can
+ * create a node under the lock root chooses its holder data, and must not be able to move the
+ * operator's cursor, clear the screen or reorder what the table shows.
+ */
+export function printable(text: string): string {
+  return text.replace(/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g, (c) => {
+    const code = c.charCodeAt(0);
+    return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`;
+  });
+}
+
 /** A readable table: one row per holder; a lock nobody holds yet (all waiting) gets one row. */
 export function formatTable(locks: readonly LockInfo[], root: string): string {
-  if (locks.length === 0) return `No locks held under ${root}.\n`;
+  if (locks.length === 0) return `No locks held under ${printable(root)}.\n`;
   const header = ['LOCK', 'KIND', 'HOLDER', 'SESSION', 'SINCE', 'WAITING'];
   const rows: string[][] = [];
   for (const lock of locks) {
@@ -201,6 +213,7 @@ export function formatTable(locks: readonly LockInfo[], root: string): string {
       ]);
     });
   }
+  for (const row of rows) row.forEach((cell, col) => (row[col] = printable(cell)));
   const widths = header.map((h, col) => Math.max(h.length, ...rows.map((r) => r[col]!.length)));
   const line = (cells: string[]) =>
     cells
