@@ -97,20 +97,30 @@ export class LockEngine {
   ) {
     this.basePath = validateEngineOptions(identity);
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
-    connection.on('lost', (reason) => this.sessionGone(reason));
     // After the caller's synchronous setup, so that its onWarning listener hears it.
     queueMicrotask(() => this.warnIfAddonUnfixed());
-    connection.on('state', (state) => {
+    const onLost = (reason: SessionLostReason) => this.sessionGone(reason);
+    const onState = (state: string) => {
       if (state === 'connected') return;
       const listeners = [...this.disconnectListeners];
       this.disconnectListeners.clear();
       for (const listener of listeners) listener();
-    });
-    connection.on('closed', () => {
+    };
+    const onClosed = () => {
       this.emitStop(new ConnectionClosedError());
       this.sessionGone('connection-closed');
-    });
+    };
+    connection.on('lost', onLost);
+    connection.on('state', onState);
+    connection.on('closed', onClosed);
+    // A connection may outlive its engines (ZkLockModule.forRoot({ connection })).
+    this.detach = () => {
+      connection.off('lost', onLost);
+      connection.off('state', onState);
+      connection.off('closed', onClosed);
+    };
   }
+  private readonly detach: () => void;
 
   private readonly warningListeners = new Set<(message: string) => void>();
   /** Listens for problems worth an operator's attention that are not errors of the caller. */
@@ -220,6 +230,7 @@ export class LockEngine {
     }
     await Promise.all(held.map((item) => item.loseAndFree('shutdown')));
     await this.drain();
+    this.detach();
   }
 
   private untilNoneHeld(graceMs: number): Promise<void> {

@@ -5,7 +5,7 @@ import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from './lock.service.js';
 import { WithLockExplorer } from './with-lock.explorer.js';
 import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
-import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
+import { ConnectionLog, connectionLogProvider, connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
 
 /**
  * Owns one ZooKeeper session for the application: opens it during bootstrap, releases held locks
@@ -14,7 +14,7 @@ import { connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProv
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [connectionProvider, ownsConnectionProvider, engineProvider, LockService, WithLockExplorer],
+  providers: [connectionProvider, connectionLogProvider, ownsConnectionProvider, engineProvider, LockService, WithLockExplorer],
   exports: [ZkConnection, LockEngine, LockService],
 })
 export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicationShutdown {
@@ -22,6 +22,7 @@ export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicat
     private readonly engine: LockEngine,
     private readonly connection: ZkConnection,
     @Inject(OWNS_CONNECTION) private readonly ownsConnection: boolean,
+    private readonly connectionLog: ConnectionLog,
   ) {
     super();
   }
@@ -33,6 +34,7 @@ export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicat
    */
   async onApplicationShutdown(): Promise<void> {
     await this.engine.shutdown();
+    this.connectionLog.close();
     if (this.ownsConnection) await this.connection.close();
   }
 }

@@ -23,13 +23,37 @@ export const connectionProvider: Provider = {
     validateEngineOptions(options); // every option is checked before we try to connect
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
-    connection.on('connected', (id) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`));
-    connection.on('suspended', () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`));
-    connection.on('reconnected', (id) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`));
-    connection.on('lost', (reason, id) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`));
     await connection.connect();
     return connection;
   },
+};
+
+/** Logs the connection's changes through Nest's Logger while the module lives (see ZkLockModule). */
+export class ConnectionLog {
+  readonly close: () => void;
+  constructor(connection: ZkConnection) {
+    const connected = (id: string) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`);
+    const suspended = () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`);
+    const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`);
+    const lost = (reason: string, id: string) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`);
+    if (connection.state === 'connected' && connection.sessionId) connected(connection.sessionId);
+    connection.on('connected', connected);
+    connection.on('suspended', suspended);
+    connection.on('reconnected', reconnected);
+    connection.on('lost', lost);
+    this.close = () => {
+      connection.off('connected', connected);
+      connection.off('suspended', suspended);
+      connection.off('reconnected', reconnected);
+      connection.off('lost', lost);
+    };
+  }
+}
+
+export const connectionLogProvider: Provider = {
+  provide: ConnectionLog,
+  inject: [ZkConnection],
+  useFactory: (connection: ZkConnection) => new ConnectionLog(connection),
 };
 
 export const ownsConnectionProvider: Provider = {
