@@ -41,6 +41,8 @@ interface AcquireMessage {
 interface EndMessage {
   name: string;
   path: string;
+  lockPath?: string;
+  kind?: string;
   heldMs: number;
   reason?: string;
 }
@@ -105,9 +107,13 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     valueType: ValueType.INT,
   });
 
-  /** Per lock path, what this process holds / is acquiring (to pair ends with starts, and know their kind). */
+  /**
+   * Per lock path and kind, what this process holds / is acquiring (to pair ends with starts): one
+   * path can be held as write and read at once (a downgrade).
+   */
   const holds = new Map<string, { kind: string; count: number }>();
   const acquiring = new Map<string, { kind: string; count: number }>();
+  const keyOf = (path: string, kind: string | undefined) => `${path}\u0000${kind ?? ''}`;
   const perState = new Map<ConnectionState, number>();
 
   const attributes = (kind: string | undefined, path: string, extra: Attributes = {}): Attributes => {
@@ -117,15 +123,15 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     return out;
   };
   const bump = (map: Map<string, { kind: string; count: number }>, path: string, kind: string) => {
-    const entry = map.get(path);
+    const entry = map.get(keyOf(path, kind));
     if (entry) entry.count++;
-    else map.set(path, { kind, count: 1 });
+    else map.set(keyOf(path, kind), { kind, count: 1 });
   };
-  /** Ends one of `path`'s entries; undefined when none was started while enabled. */
-  const drop = (map: Map<string, { kind: string; count: number }>, path: string): string | undefined => {
-    const entry = map.get(path);
+  /** Ends one of the entries of `path` and `kind`; undefined when none was started while enabled. */
+  const drop = (map: Map<string, { kind: string; count: number }>, path: string, kind: string | undefined): string | undefined => {
+    const entry = map.get(keyOf(path, kind));
     if (!entry) return undefined;
-    if (--entry.count === 0) map.delete(path);
+    if (--entry.count === 0) map.delete(keyOf(path, kind));
     return entry.kind;
   };
   /** The lock path of a held node: its parent, or for a semaphore lease the parent of `leases`. */
@@ -196,7 +202,7 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
   ];
 
   function endAcquire(message: AcquireMessage, outcome: string): void {
-    if (drop(acquiring, message.path) !== undefined) waiting.add(-1, attributes(message.kind, message.path));
+    if (drop(acquiring, message.path, message.kind) !== undefined) waiting.add(-1, attributes(message.kind, message.path));
     if (typeof message.waitedMs === 'number') {
       waitDuration.record(message.waitedMs, attributes(message.kind, message.path, { 'zk_lock.outcome': outcome }));
     }
@@ -204,10 +210,12 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
 
   function endHold(message: EndMessage, outcome: 'released' | 'lost'): void {
     if (internal(message)) return;
-    const { path, semaphore } = lockOf(message.path);
+    const fromNode = lockOf(message.path);
+    const path = message.lockPath ?? fromNode.path;
+    const semaphore = message.kind === 'semaphore' || fromNode.semaphore;
     // A semaphore acquire of n permits is published once but ends n times (one per lease): only
     // the first end pairs with it.
-    const kind = drop(holds, path);
+    const kind = drop(holds, path, message.kind ?? (semaphore ? 'semaphore' : undefined));
     if (kind !== undefined) held.add(-1, attributes(kind, path));
     const known = kind ?? (semaphore ? 'semaphore' : undefined);
     if (typeof message.heldMs === 'number') holdDuration.record(message.heldMs, attributes(known, path, { 'zk_lock.outcome': outcome }));

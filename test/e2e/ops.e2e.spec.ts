@@ -23,6 +23,7 @@ import { LockChannels } from '../../lib/core/diagnostics.js';
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
+import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { enableZkLockMetrics } from '../../lib/metrics/index.js';
@@ -378,6 +379,27 @@ describe('enableZkLockMetrics', () => {
     await (await new Mutex(e2, 'm', uniquePath('metrics-off')).acquire()).release();
     expect(provider.records.length).toBe(before);
     stop(); // idempotent
+  });
+
+  // Holds were matched to their ends by path only: after a downgrade (write, then read on the same
+  // path) the read's release counted against write, leaving write = -1 and read = +1.
+  it('zk_lock.held by kind stays right through a read-write downgrade', async () => {
+    const provider = new RecordingMeterProvider();
+    const stop = enableZkLockMetrics(provider.getMeter('rw'));
+    try {
+      const rw = new ReadWriteLock(await engine(), 'rw', uniquePath('metrics-rw'));
+      const heldOf = (kind: string) => provider.sum('zk_lock.held', (a) => a['zk_lock.kind'] === kind);
+      let read!: Awaited<ReturnType<typeof rw.read.acquire>>;
+      await rw.write.withLock(async () => {
+        read = await rw.read.acquire({ waitMs: 5000 });
+        expect([heldOf('write'), heldOf('read')]).toEqual([1, 1]);
+      });
+      expect([heldOf('write'), heldOf('read')]).toEqual([0, 1]);
+      await read.release();
+      expect([heldOf('write'), heldOf('read')]).toEqual([0, 0]);
+    } finally {
+      stop();
+    }
   });
 
   it('takes an explicit meter, the path attribute and connections to observe', async () => {
