@@ -34,6 +34,10 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): MethodDec
   const injectService = Inject(LockService);
   return (target, propertyKey, descriptor: PropertyDescriptor) => {
     const original = descriptor.value as unknown;
+    if (typeof target === 'function') {
+      // Nothing injects LockService into a class itself.
+      throw new LockUsageError(`@WithLock cannot decorate a static method (${target.name}.${String(propertyKey)}); use an instance method of a provider`);
+    }
     const label = `${(target as object).constructor.name}.${String(propertyKey)}`;
     if (typeof original !== 'function') throw new LockUsageError(`@WithLock can only decorate methods (${label})`);
     injectService(target, LOCK_SERVICE_PROPERTY);
@@ -41,6 +45,9 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): MethodDec
     const returnsObservable = Reflect.getMetadata('design:returntype', target, propertyKey) === Observable;
     const isGenerator = original.constructor?.name === 'AsyncGeneratorFunction';
     const call = (self: any, args: unknown[], wrapper: Function) => {
+      if (self === undefined || self === null || self === globalThis) {
+        throw new LockUsageError(`@WithLock on ${label}: called without its instance (as a detached function); call it as a method or bind it`);
+      }
       const service: unknown = self?.[LOCK_SERVICE_PROPERTY];
       if (!(service instanceof LockService)) {
         // Fail closed: never run unlocked.

@@ -2,7 +2,8 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
-import { WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+import { LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+import { LockUsageError } from '../core/errors.js';
 
 /**
  * At startup, finds every @WithLock method of the application's providers and controllers,
@@ -28,7 +29,11 @@ export class WithLockExplorer implements OnModuleInit {
     if (found.length > 0) this.logger.log(`${found.length} method(s) run under @WithLock: ${found.map((f) => f.label).join(', ')}`);
   }
 
-  /** Every decorated method, once each. */
+  /**
+   * Every decorated method, once each. A provider built by `useFactory`/`useValue` never gets
+   * property injection: its decorated methods would fail at their first call, so the bootstrap
+   * fails here instead.
+   */
   inventory(): WithLockMetadata[] {
     const seen = new Set<Function>();
     const out: WithLockMetadata[] = [];
@@ -42,6 +47,13 @@ export class WithLockExplorer implements OnModuleInit {
         const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
         if (!metadata) continue;
         seen.add(method);
+        if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService)) {
+          throw new LockUsageError(
+            `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +
+              '(useFactory or useValue), so LockService was never injected into it; register the class ' +
+              '(`providers: [' + metadata.label.split('.')[0] + ']` or `useClass`).',
+          );
+        }
         out.push(metadata);
       }
     }
