@@ -18,6 +18,8 @@ export interface WithLockMetadata {
   key: LockKey;
   options: WithLockOptions;
   label: string;
+  /** The wrapper @WithLock installed: another function there means a decorator above wrapped it again. */
+  wrapper?: Function;
 }
 
 const SCHEDULER_TYPE = 'SCHEDULER_TYPE'; // @nestjs/schedule's metadata key on @Cron/@Interval/@Timeout methods
@@ -29,10 +31,10 @@ const logger = new Logger('WithLock');
  * processors and any provider method, in either decorator order.
  * @publicApi
  */
-export function WithLock(key: LockKey, options: WithLockOptions = {}): MethodDecorator {
+export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMethodDecorator {
   validateWithLockOptions(key, options);
   const injectService = Inject(LockService);
-  return (target, propertyKey, descriptor: PropertyDescriptor) => {
+  return (target: object, propertyKey: string | symbol, descriptor: PropertyDescriptor) => {
     const original = descriptor.value as unknown;
     if (typeof target === 'function') {
       // Nothing injects LockService into a class itself.
@@ -75,11 +77,25 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): MethodDec
       };
     }
     copyMethodMetadata(original, wrapper);
-    Reflect.defineMetadata(WITH_LOCK_METADATA, { key, options, label } satisfies WithLockMetadata, wrapper);
+    Reflect.defineMetadata(WITH_LOCK_METADATA, { key, options, label, wrapper } satisfies WithLockMetadata, wrapper);
     descriptor.value = wrapper;
     return descriptor;
   };
 }
+
+/**
+ * What a locked method may return: the wrapper waits for the lock before it calls the method, so it
+ * always answers asynchronously. A method typed to return a plain value (or `void`) would return a
+ * Promise at run time while its type says otherwise, and a synchronous throw would become a
+ * rejection nobody awaits: declare it `async` (or return an Observable or an async generator).
+ */
+export type LockedMethod = (...args: any[]) => PromiseLike<unknown> | Observable<unknown> | AsyncIterable<unknown>;
+/** @WithLock's decorator type: it does not compile on a method whose return type is synchronous. */
+export type LockedMethodDecorator = <T extends LockedMethod>(
+  target: object,
+  propertyKey: string | symbol,
+  descriptor: TypedPropertyDescriptor<T>,
+) => TypedPropertyDescriptor<T> | void;
 
 /** One invocation of a decorated method. */
 class LockedCall {

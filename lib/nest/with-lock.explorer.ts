@@ -54,6 +54,14 @@ export class WithLockExplorer implements OnModuleInit {
               '(`providers: [' + metadata.label.split('.')[0] + ']` or `useClass`).',
           );
         }
+        if (metadata.wrapper && method !== metadata.wrapper) {
+          // A decorator above @WithLock wrapped the method again (copying our metadata): its work,
+          // e.g. a transaction's commit, runs after the lock is released.
+          this.logger.warn(
+            `${metadata.label}: a decorator above @WithLock wraps this method, so what it does after the call ` +
+              '(e.g. commit a transaction) happens after the lock is released. Put @WithLock above it.',
+          );
+        }
         out.push(metadata);
       }
     }

@@ -65,7 +65,7 @@ describe('@WithLock on @Cron jobs across application instances', () => {
     class Above {
       @WithLock(lockName, { minHoldMs: 500 }) // default for jobs: skip
       @Cron('* * * * * *')
-      run() {
+      async run() {
         runs.push(Math.round(Date.now() / 1000));
       }
     }
@@ -73,7 +73,7 @@ describe('@WithLock on @Cron jobs across application instances', () => {
     class Below {
       @Cron('* * * * * *')
       @WithLock(lockName, { minHoldMs: 500 })
-      run() {
+      async run() {
         runs.push(Math.round(Date.now() / 1000));
       }
     }

@@ -1,4 +1,4 @@
-import { Injectable, Module } from '@nestjs/common';
+import { Injectable, Module, type LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { LockUsageError } from '../../lib/core/errors.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
@@ -39,6 +39,61 @@ describe('@WithLock misuse', () => {
       }
       return Jobs;
     }).toThrow(new LockUsageError('@WithLock cannot decorate a static method (Jobs.run); use an instance method of a provider'));
+  });
+
+  // The wrapper waits for the lock, so it always answers with a Promise: a method typed to return
+  // a plain value would lie about its type, and its synchronous throw would become a rejection
+  // nobody awaits. `npm test` type-checks this file: the directive fails if the decorator accepts it.
+  it('a method with a synchronous return type does not compile', () => {
+    class Counter {
+      // @ts-expect-error -- @WithLock needs a Promise, Observable or async generator return type
+      @WithLock('count')
+      count(): number {
+        return 1;
+      }
+
+      @WithLock('count')
+      async countLater(): Promise<number> {
+        return 1;
+      }
+    }
+    expect(Counter).toBeDefined();
+  });
+
+  it('warns at startup when a wrapping decorator sits above @WithLock (its commit would run after the release)', async () => {
+    /** A @Transactional-style decorator: wraps the method and copies its metadata, as such decorators do. */
+    const Transactional = (): MethodDecorator => (_target, _key, descriptor: PropertyDescriptor) => {
+      const inner = descriptor.value as (...args: unknown[]) => Promise<unknown>;
+      const wrapped = async function (this: unknown, ...args: unknown[]) {
+        return inner.apply(this, args); // begin … commit around the call
+      };
+      for (const key of Reflect.getMetadataKeys(inner)) Reflect.defineMetadata(key, Reflect.getMetadata(key, inner), wrapped);
+      descriptor.value = wrapped;
+    };
+    @Injectable()
+    class Seats {
+      @Transactional()
+      @WithLock('seat')
+      async wrongOrder(): Promise<void> {}
+
+      @WithLock('seat')
+      @Transactional()
+      async rightOrder(): Promise<void> {}
+    }
+    @Module({ imports: [zk()], providers: [Seats] })
+    class SeatsModule {}
+    const warnings: string[] = [];
+    const logger: LoggerService = { log: () => {}, error: () => {}, warn: (m: unknown) => void warnings.push(String(m)) };
+    const moduleRef = await Test.createTestingModule({ imports: [SeatsModule] }).compile();
+    moduleRef.useLogger(logger);
+    const app = await moduleRef.createNestApplication({ logger }).init();
+    try {
+      expect(warnings.filter((w) => w.includes('@WithLock'))).toEqual([
+        'Seats.wrongOrder: a decorator above @WithLock wraps this method, so what it does after the call (e.g. commit a transaction) happens after the lock is released. Put @WithLock above it.',
+      ]);
+    } finally {
+      await app.close();
+    }
   });
 
   it('a detached call says so', async () => {
