@@ -56,6 +56,13 @@ describe('@WithLock misuse', () => {
       async countLater(): Promise<number> {
         return 1;
       }
+
+      // A sync generator would be iterated after the release.
+      // @ts-expect-error -- @WithLock needs a Promise, Observable or async generator return type
+      @WithLock('count')
+      *counts(): Generator<number> {
+        yield 1;
+      }
     }
     expect(Counter).toBeDefined();
   });
