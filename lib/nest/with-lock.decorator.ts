@@ -135,12 +135,19 @@ class LockedCall {
         (lease) => {
           if (!lease) return subscriber.complete(); // skipped
           if (unsubscribed) return this.release(lease); // gone while we waited for the lock
-          let source: Observable<unknown>;
+          let source: unknown;
           try {
-            source = lockable.runHolding(lease, () => this.original.apply(this.self, this.args)) as Observable<unknown>;
+            source = lockable.runHolding(lease, () => this.original.apply(this.self, this.args));
           } catch (error) {
             this.release(lease);
             return subscriber.error(error);
+          }
+          if (!isObservable(source)) {
+            // Declared Observable but returned something else (null on some path): nothing left
+            // to hold the lock for; the caller gets the value.
+            this.release(lease);
+            if (source !== undefined && source !== null) subscriber.next(source);
+            return subscriber.complete();
           }
           inner = this.holdUntilDone(lockable, lease, source).subscribe(subscriber);
         },
@@ -170,19 +177,26 @@ class LockedCall {
   private holdUntilDone(lockable: Lockable, lease: Lease, source: Observable<unknown>): Observable<unknown> {
     this.holdingStream = true;
     return new Observable((subscriber) => {
-      const inner = lockable.runHolding(lease, () =>
-        source.subscribe({
-          next: (v) => subscriber.next(v),
-          error: (e) => {
-            this.release(lease);
-            subscriber.error(e);
-          },
-          complete: () => {
-            this.release(lease);
-            subscriber.complete();
-          },
-        }),
-      );
+      let inner: { unsubscribe(): void };
+      try {
+        inner = lockable.runHolding(lease, () =>
+          source.subscribe({
+            next: (v) => subscriber.next(v),
+            error: (e) => {
+              this.release(lease);
+              subscriber.error(e);
+            },
+            complete: () => {
+              this.release(lease);
+              subscriber.complete();
+            },
+          }),
+        );
+      } catch (error) {
+        // A source whose subscribe throws: release here, the teardown below was never returned.
+        this.release(lease);
+        throw error;
+      }
       return () => {
         inner.unsubscribe();
         this.release(lease);

@@ -1,5 +1,7 @@
 import { Injectable, Module, type LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { lastValueFrom, Observable, of } from 'rxjs';
+import { LockService } from '../../lib/nest/lock.service.js';
 import { LockUsageError } from '../../lib/core/errors.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
@@ -98,6 +100,31 @@ describe('@WithLock misuse', () => {
       expect(warnings.filter((w) => w.includes('@WithLock'))).toEqual([
         'Seats.wrongOrder: a decorator above @WithLock wraps this method, so what it does after the call (e.g. commit a transaction) happens after the lock is released. Put @WithLock above it.',
       ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  // A method declared Observable that returned null on some path kept its lock forever (the
+  // teardown that releases it was never registered).
+  it('a declared-Observable method that returns null releases its lock', async () => {
+    @Injectable()
+    class Feed {
+      @WithLock('feed', { waitMs: 5000 })
+      updates(empty: boolean): Observable<number> {
+        return (empty ? null : of(1, 2)) as Observable<number>;
+      }
+    }
+    @Module({ imports: [zk()], providers: [Feed] })
+    class FeedModule {}
+    const app = await (await Test.createTestingModule({ imports: [FeedModule] }).compile()).init();
+    try {
+      const feed = app.get(Feed);
+      await expect(lastValueFrom(feed.updates(false))).resolves.toBe(2);
+      await expect(lastValueFrom(feed.updates(true), { defaultValue: 'none' })).resolves.toBe('none');
+      // Free again: a try-once acquire of the same lock succeeds.
+      const lease = await app.get(LockService).mutex('feed').acquire({ waitMs: 0 });
+      await lease.release();
     } finally {
       await app.close();
     }
