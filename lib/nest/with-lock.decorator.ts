@@ -129,12 +129,13 @@ class LockedCall {
   asObservable(): Observable<unknown> {
     const lockable = this.lockable();
     return new Observable<unknown>((subscriber) => {
-      let unsubscribed = false;
+      // A subscriber that leaves while waiting takes its waiter out of the queue.
+      const gone = new AbortController();
       let inner: { unsubscribe(): void } | undefined;
-      this.acquire(lockable).then(
+      this.acquire(lockable, gone.signal).then(
         (lease) => {
+          if (gone.signal.aborted) return lease && this.release(lease); // left as the lock came
           if (!lease) return subscriber.complete(); // skipped
-          if (unsubscribed) return this.release(lease); // gone while we waited for the lock
           let source: unknown;
           try {
             source = lockable.runHolding(lease, () => this.original.apply(this.self, this.args));
@@ -154,7 +155,7 @@ class LockedCall {
         (error) => subscriber.error(error),
       );
       return () => {
-        unsubscribed = true;
+        gone.abort();
         inner?.unsubscribe();
       };
     });
@@ -223,10 +224,11 @@ class LockedCall {
   }
 
   /** The lease, or undefined when the call is skipped; throws per `onLocked`. */
-  private async acquire(lockable: Lockable): Promise<Lease | undefined> {
+  private async acquire(lockable: Lockable, signal?: AbortSignal): Promise<Lease | undefined> {
     try {
-      return await lockable.acquire({ waitMs: this.options.waitMs ?? this.service.defaultWaitMs });
+      return await lockable.acquire({ waitMs: this.options.waitMs ?? this.service.defaultWaitMs, signal });
     } catch (error) {
+      if (signal?.aborted) return undefined; // the subscriber left while waiting
       if (!(error instanceof LockNotAcquiredError) || error.reason !== 'timeout') throw error;
       const onLocked = this.options.onLocked ?? (this.isJob() ? 'skip' : 'throw');
       if (onLocked === 'skip') {

@@ -5,7 +5,8 @@ import { LockService } from '../../lib/nest/lock.service.js';
 import { LockUsageError } from '../../lib/core/errors.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { zkConnectString } from '../support/helpers.js';
+import { Mutex } from '../../lib/core/mutex.js';
+import { childrenOf, closeAll, connect, engine, eventually, zkConnectString } from '../support/helpers.js';
 
 // Misuse gets its own message, at the earliest moment: a provider that Nest built by useFactory
 // booted and then failed at the first call with "LockService was not injected"; a static method
@@ -127,6 +128,34 @@ describe('@WithLock misuse', () => {
       await lease.release();
     } finally {
       await app.close();
+    }
+  });
+
+  it('a subscriber that unsubscribes while waiting takes its waiter out of the queue', async () => {
+    @Injectable()
+    class Ticker {
+      @WithLock('ticker', { waitMs: 30_000 })
+      ticks(): Observable<number> {
+        return of(1);
+      }
+    }
+    @Module({ imports: [zk()], providers: [Ticker] })
+    class TickerModule {}
+    const app = await (await Test.createTestingModule({ imports: [TickerModule] }).compile()).init();
+    const observer = await connect();
+    try {
+      const locks = app.get(LockService);
+      const path = locks.pathOf('ticker');
+      // Held by another client (in-process waiters would queue locally, not in ZooKeeper).
+      const holder = await new Mutex(await engine(), 'ticker', path).acquire();
+      const subscription = app.get(Ticker).ticks().subscribe();
+      await eventually(async () => (await childrenOf(observer, path)).length === 2, 10_000, 20); // queued
+      subscription.unsubscribe();
+      await eventually(async () => (await childrenOf(observer, path)).length === 1, 10_000, 20); // only the holder
+      await holder.release();
+    } finally {
+      await app.close();
+      await closeAll();
     }
   });
 
