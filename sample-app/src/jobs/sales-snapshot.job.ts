@@ -15,7 +15,7 @@ export class SalesSnapshotJob {
 
   @Cron('* * * * * *')
   @WithLock('jobs:sales-snapshot', { minHoldMs: 700 })
-  snapshot(): void {
+  async snapshot(): Promise<void> {
     if (LockContext.current()?.signal.aborted) return; // lost the lock before we started
     this.jobs.recordSnapshot(JobsService.tickOf());
   }
