@@ -20,9 +20,12 @@ export interface WithLockMetadata {
   label: string;
   /** The wrapper @WithLock installed: another function there means a decorator above wrapped it again. */
   wrapper?: Function;
+  /** Declared to return an Observable: the lock is taken, and the body runs, per subscription. */
+  returnsObservable?: boolean;
 }
 
-const SCHEDULER_TYPE = 'SCHEDULER_TYPE'; // @nestjs/schedule's metadata key on @Cron/@Interval/@Timeout methods
+export const SCHEDULER_TYPE = 'SCHEDULER_TYPE'; // @nestjs/schedule's metadata key on @Cron/@Interval/@Timeout methods
+export const EVENT_LISTENER_METADATA = 'EVENT_LISTENER_METADATA'; // @nestjs/event-emitter's, on @OnEvent methods
 const logger = new Logger('WithLock');
 
 /**
@@ -77,7 +80,7 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMet
       };
     }
     copyMethodMetadata(original, wrapper);
-    Reflect.defineMetadata(WITH_LOCK_METADATA, { key, options, label, wrapper } satisfies WithLockMetadata, wrapper);
+    Reflect.defineMetadata(WITH_LOCK_METADATA, { key, options, label, wrapper, returnsObservable } satisfies WithLockMetadata, wrapper);
     descriptor.value = wrapper;
     return descriptor;
   };
@@ -118,8 +121,10 @@ class LockedCall {
     if (!lease) return undefined;
     try {
       const result = await lockable.runHolding(lease, () => this.original.apply(this.self, this.args));
-      // An Observable that was not declared as the return type: hold until it finishes.
-      if (isObservable(result)) return this.holdUntilDone(lockable, lease, result);
+      // An Observable that was not declared as the return type: hold until it finishes if the
+      // caller subscribes now, as Nest's HTTP, SSE and RPC layers do (in the same turn of the
+      // event loop); a caller that discards it (a scheduler, an event emitter) lets the lock go.
+      if (isObservable(result)) return this.holdIfSubscribed(lockable, lease, result);
       return result;
     } finally {
       if (!this.holdingStream) this.release(lease);
@@ -174,6 +179,25 @@ class LockedCall {
   }
 
   private holdingStream = false;
+
+  private holdIfSubscribed(lockable: Lockable, lease: Lease, source: Observable<unknown>): Observable<unknown> {
+    let state: 'waiting' | 'subscribed' | 'released' = 'waiting';
+    const held = this.holdUntilDone(lockable, lease, source);
+    setImmediate(() => {
+      if (state !== 'waiting') return;
+      state = 'released';
+      this.release(lease);
+    });
+    return new Observable((subscriber) => {
+      if (state !== 'waiting') {
+        // Never run the stream unlocked: a late (or second) subscriber gets an error.
+        subscriber.error(new LockUsageError(`@WithLock on ${this.label}: its Observable was subscribed after the lock was released (or twice); declare the return type Observable<...> to lock per subscription`));
+        return;
+      }
+      state = 'subscribed';
+      return held.subscribe(subscriber);
+    });
+  }
 
   private holdUntilDone(lockable: Lockable, lease: Lease, source: Observable<unknown>): Observable<unknown> {
     this.holdingStream = true;

@@ -2,7 +2,7 @@ import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
-import { LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, SCHEDULER_TYPE, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
 import { LockUsageError } from '../core/errors.js';
 
 /**
@@ -52,6 +52,15 @@ export class WithLockExplorer implements OnModuleInit {
             `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +
               '(useFactory or useValue), so LockService was never injected into it; register the class ' +
               '(`providers: [' + metadata.label.split('.')[0] + ']` or `useClass`).',
+          );
+        }
+        const discarded = [SCHEDULER_TYPE, EVENT_LISTENER_METADATA].some((k) => Reflect.getMetadata(k, method) !== undefined);
+        if (metadata.returnsObservable && discarded) {
+          // Schedulers and event emitters ignore what the method returns: nobody would subscribe,
+          // so the body (which runs per subscription, under the lock) would never run.
+          throw new LockUsageError(
+            `@WithLock on ${metadata.label}: a job or event listener declared to return an Observable never runs ` +
+              '(nobody subscribes to what it returns); return a Promise (declare it async).',
           );
         }
         if (metadata.wrapper && method !== metadata.wrapper) {

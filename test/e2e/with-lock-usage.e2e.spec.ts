@@ -1,5 +1,6 @@
 import { Injectable, Module, type LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import { Interval } from '@nestjs/schedule';
 import { lastValueFrom, Observable, of } from 'rxjs';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { LockUsageError } from '../../lib/core/errors.js';
@@ -156,6 +157,55 @@ describe('@WithLock misuse', () => {
     } finally {
       await app.close();
       await closeAll();
+    }
+  });
+
+  // Observable rules: Nest's HTTP, SSE and RPC layers subscribe to what a handler returns;
+  // schedulers and event emitters discard it.
+  it('an Observable returned without a declared type: held while subscribed at once, released when discarded', async () => {
+    @Injectable()
+    class Streams {
+      @WithLock('undeclared', { waitMs: 5000 })
+      async numbers() {
+        return of(1, 2, 3);
+      }
+    }
+    @Module({ imports: [zk()], providers: [Streams] })
+    class StreamsModule {}
+    const app = await (await Test.createTestingModule({ imports: [StreamsModule] }).compile()).init();
+    try {
+      const streams = app.get(Streams);
+      const locks = app.get(LockService);
+      // Subscribed at once (as Nest's router does): values arrive, then the lock is free.
+      await expect(lastValueFrom(await streams.numbers())).resolves.toBe(3);
+      await (await locks.mutex('undeclared').acquire({ waitMs: 0 })).release();
+      // Discarded (as a scheduler does): the lock goes after this turn of the event loop (it was kept forever).
+      const discarded = await streams.numbers();
+      await new Promise((resolve) => setImmediate(resolve));
+      await (await locks.mutex('undeclared').acquire({ waitMs: 2000 })).release();
+      // And a late subscriber never runs the stream unlocked.
+      await expect(lastValueFrom(discarded)).rejects.toThrow(/subscribed after the lock was released/);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('a job declared to return an Observable (whose body would never run) fails the bootstrap', async () => {
+    @Injectable()
+    class Poller {
+      @Interval(1000)
+      @WithLock('poll')
+      poll(): Observable<number> {
+        return of(1);
+      }
+    }
+    @Module({ imports: [zk()], providers: [Poller] })
+    class PollerModule {}
+    const app = (await Test.createTestingModule({ imports: [PollerModule] }).compile()).createNestApplication();
+    try {
+      await expect(app.init()).rejects.toThrow('@WithLock on Poller.poll: a job or event listener declared to return an Observable never runs');
+    } finally {
+      await app.close();
     }
   });
 
