@@ -19,4 +19,14 @@ export interface WithLockOptions {
    * instance whose clock fires the same tick a little later skips it (ShedLock's lockAtLeastFor).
    */
   minHoldMs?: number;
+  /**
+   * For `kind: 'mutex'`: let a call that already holds this lock take it again (counted). Default
+   * false: re-entry follows the async context, which also reaches work the holder merely started
+   * (an `@OnEvent({ async: true })` listener, a Subject's subscriber, a worker it woke up); without
+   * re-entry such work waits for the lock like any other caller. With `true`, such work would run
+   * inside the holder's lock at the same time as the holder: opt in only for nested calls, and do
+   * not start concurrent work that takes the same lock. A nested call without it waits for itself
+   * until `waitMs`.
+   */
+  reentrant?: boolean;
 }

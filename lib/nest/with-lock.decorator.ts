@@ -4,6 +4,7 @@ import { InvalidOptionError, LockNotAcquiredError, LockUsageError } from '../cor
 import { optionalPositiveInteger, positiveInteger, describe } from '../core/connection-options.js';
 import type { Lockable } from '../core/lock-recipe.js';
 import type { Lease } from '../core/lease.js';
+import { LockContext } from '../core/lock-context.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
 import { resolveLockNames, type LockKey } from './lock-key.util.js';
 import { LockService } from './lock.service.js';
@@ -231,7 +232,7 @@ class LockedCall {
 
   private lockable(): Lockable {
     const names = resolveLockNames(this.key, this.args);
-    const { kind = 'mutex', permits, leaseMs } = this.options;
+    const { kind = 'mutex', permits, leaseMs, reentrant = false } = this.options;
     const one = (name: string): Lockable => {
       switch (kind) {
         case 'read':
@@ -241,7 +242,7 @@ class LockedCall {
         case 'semaphore':
           return this.service.semaphore(name, { permits: permits!, leaseMs });
         default:
-          return this.service.mutex(name, { leaseMs });
+          return this.service.mutex(name, { leaseMs, reentrant });
       }
     };
     return names.length === 1 ? one(names[0]!) : this.service.multiLock(names.map(one));
@@ -260,6 +261,14 @@ class LockedCall {
         return undefined;
       }
       if (typeof onLocked === 'function') throw onLocked(lockable.name);
+      if (LockContext.current()?.name === lockable.name) {
+        throw new LockNotAcquiredError(
+          lockable.name,
+          'timeout',
+          `Lock ${JSON.stringify(lockable.name)} was not acquired: this call chain already holds it (${this.label} ` +
+            'was called inside its own lock); nested @WithLock calls need { reentrant: true }',
+        );
+      }
       throw error;
     }
   }
@@ -293,6 +302,12 @@ function validateWithLockOptions(key: unknown, options: WithLockOptions): void {
   if (options.waitMs !== undefined) positiveInteger(options.waitMs, 'waitMs', 0, 0);
   optionalPositiveInteger(options.leaseMs, 'leaseMs');
   if (options.minHoldMs !== undefined) positiveInteger(options.minHoldMs, 'minHoldMs', 0, 0);
+  if (options.reentrant !== undefined && typeof options.reentrant !== 'boolean') {
+    throw new InvalidOptionError('reentrant', `expected a boolean, got ${describe(options.reentrant)}`);
+  }
+  if (options.reentrant && kind !== 'mutex') {
+    throw new InvalidOptionError('reentrant', 'only for kind mutex (read-write halves always re-enter within their call chain; semaphores never do)');
+  }
   if (onLocked !== undefined && onLocked !== 'throw' && onLocked !== 'skip' && typeof onLocked !== 'function') {
     throw new InvalidOptionError('onLocked', `expected 'throw', 'skip' or a function, got ${describe(onLocked)}`);
   }
