@@ -27,6 +27,23 @@ export function resolveLockNames(key: LockKey, args: readonly unknown[]): string
   return [renderTemplate(key, args)];
 }
 
+/**
+ * `value` as text that stays inside one segment of a lock's path, reversibly: "%", "/", the
+ * characters ZooKeeper refuses, and a lone "." or ".." are percent-encoded (UTF-8), so
+ * `decodeURIComponent` gives the value back. Templates apply it to every placeholder; use it in a
+ * key function for request input (a route parameter "y%2Fz" arrives as "y/z", which would otherwise
+ * name the child lock "ticket:y/z" of lock "ticket:y").
+ * @publicApi
+ */
+export function lockKeySegment(value: string | number | bigint | boolean): string {
+  const text = String(value);
+  if (text === '.' || text === '..') return text.replaceAll('.', '%2E');
+  // A surrogate pair (e.g. an emoji) is one character, UTF-8 encoded; a lone surrogate cannot be.
+  return text.replace(SEGMENT_UNSAFE, (c) => (c.length === 1 && c >= '\ud800' && c <= '\udfff' ? `%u${c.charCodeAt(0).toString(16).toUpperCase()}` : encodeURIComponent(c)));
+}
+/** What ZooKeeper refuses in a path (per UTF-16 unit, see validateZkPath), plus "%" and "/". */
+const SEGMENT_UNSAFE = /[\ud800-\udbff][\udc00-\udfff]|[%/\u0000-\u001f\u007f-\u009f\ud800-\uf8ff\ufff0-\uffff]/g;
+
 function renderTemplate(template: string, args: readonly unknown[]): string {
   return template.replace(PLACEHOLDER, (_match, index: string, path: string) => {
     let value: unknown = args[Number(index)];
@@ -34,6 +51,6 @@ function renderTemplate(template: string, args: readonly unknown[]): string {
     if (value === undefined || value === null || typeof value === 'object' || typeof value === 'function') {
       throw new InvalidLockNameError(template, `placeholder {${index}${path}} has no usable value (got ${value === null ? 'null' : typeof value})`);
     }
-    return String(value);
+    return lockKeySegment(value as string | number | bigint | boolean);
   });
 }

@@ -1,10 +1,14 @@
 import { Catch, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { throwError, type Observable } from 'rxjs';
-import { LockNotAcquiredError } from '../core/errors.js';
+import { InvalidLockNameError, LockNotAcquiredError } from '../core/errors.js';
 
 /** What every transport tells the caller, without naming the lock. */
-function answerFor(error: LockNotAcquiredError) {
+function answerFor(error: LockNotAcquiredError | InvalidLockNameError) {
+  if (error instanceof InvalidLockNameError) {
+    // A lock key built from request input that cannot name a lock (e.g. too long).
+    return { statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', message: 'The request cannot name a lock', retryAfterSeconds: undefined };
+  }
   const unavailable = error.reason === 'connection';
   return {
     statusCode: unavailable ? HttpStatus.SERVICE_UNAVAILABLE : HttpStatus.CONFLICT,
@@ -16,7 +20,8 @@ function answerFor(error: LockNotAcquiredError) {
 
 /**
  * Opt-in: answers callers whose lock was not acquired in their transport's way, without naming the
- * lock. HTTP: 409 Conflict (503 when the lock service itself is unavailable) with `Retry-After`.
+ * lock. HTTP: 409 Conflict (503 when the lock service itself is unavailable) with `Retry-After`;
+ * 400 when the request's input cannot name a lock (InvalidLockNameError, e.g. too long).
  * Microservices (`rpc`): an error reply `{ status: 'error', statusCode, error, message,
  * retryAfterSeconds }`, as Nest's RPC filters answer. WebSockets (`ws`): an `exception` event with
  * the same payload, as Nest's WS filter does. Other contexts get the error rethrown. Register with
@@ -24,11 +29,11 @@ function answerFor(error: LockNotAcquiredError) {
  * `app.useGlobalFilters(new ZkLockExceptionFilter(app.get(HttpAdapterHost)))`.
  * @publicApi
  */
-@Catch(LockNotAcquiredError)
-export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredError> {
+@Catch(LockNotAcquiredError, InvalidLockNameError)
+export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredError | InvalidLockNameError> {
   constructor(private readonly adapterHost?: HttpAdapterHost) {}
 
-  catch(error: LockNotAcquiredError, host: ArgumentsHost): void | Observable<never> {
+  catch(error: LockNotAcquiredError | InvalidLockNameError, host: ArgumentsHost): void | Observable<never> {
     const answer = answerFor(error);
     switch (host.getType<string>()) {
       case 'http': {
@@ -36,7 +41,7 @@ export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredErr
         const adapter = this.adapterHost?.httpAdapter;
         if (!adapter) throw error;
         const response = host.switchToHttp().getResponse();
-        adapter.setHeader(response, 'Retry-After', String(answer.retryAfterSeconds));
+        if (answer.retryAfterSeconds !== undefined) adapter.setHeader(response, 'Retry-After', String(answer.retryAfterSeconds));
         const { statusCode, error: name, message } = answer;
         adapter.reply(response, { statusCode, error: name, message }, statusCode);
         return;
