@@ -14,7 +14,8 @@
 // Per fault it prints: the stall (the longest time without a sale, from the last sale before the
 // fault), the time until sales run at half the rate of the 5 s before the fault again, the answers
 // by status from the fault to 10 s after it ended (SIGCONT for a pause), process exits, and the event's oversold seats and lost
-// updates (201 answers that the database does not count). Exit code 0 when no instance died and
+// updates (201 answers that the database does not count; sales whose answer the buyer never got, as
+// when its request waited on a SIGSTOPped instance, are listed apart). Exit code 0 when no instance died and
 // nothing was oversold or lost, 1 otherwise, 2 when the run itself failed.
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -154,7 +155,9 @@ function measure(fault, { at, endAt = at, detail }, id) {
 async function countSales(result) {
   const event = await getJson(`${instances[0].url}/events/${result.eventId}`);
   const ok = answers.filter(([, , status, ofEvent]) => status === 201 && ofEvent === result.eventId).length;
-  Object.assign(result, { sold: event.sold, ok, lostUpdates: ok - event.sold, oversold: event.oversold });
+  // More sold than answered 201 is not a fault of the lock: a buyer gave up waiting (its request
+  // reached a SIGSTOPped instance) while the sale went through.
+  Object.assign(result, { sold: event.sold, ok, lostUpdates: Math.max(0, ok - event.sold), unanswered: Math.max(0, event.sold - ok), oversold: event.oversold });
 }
 
 async function main() {
@@ -196,10 +199,10 @@ async function main() {
 }
 
 function table(results) {
-  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to its end + 10 s', 'exits', 'oversold', 'lost updates']];
+  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to its end + 10 s', 'exits', 'oversold', 'lost updates', 'sold, answer lost']];
   for (const r of results) {
     const answersText = Object.entries(r.byStatus).map(([s, n]) => `${s}: ${n}`).join(', ');
-    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? 'never', answersText, r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates]);
+    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? 'never', answersText, r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates, r.unanswered]);
   }
   const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => String(row[c]).length)));
   return rows.map((row) => row.map((cell, c) => String(cell).padEnd(widths[c])).join(' | ')).join('\n');
@@ -216,7 +219,7 @@ try {
     const normals = of.map((r) => r.normalMs ?? Infinity).sort((a, b) => a - b);
     console.log(`${fault}: ${of.length}×, stall median ${stalls[stalls.length >> 1]} ms (max ${stalls.at(-1)}), normal after median ${normals[normals.length >> 1]} ms (max ${normals.at(-1)})`);
   }
-  const bad = exits.length > 0 || results.some((r) => r.oversold > 0 || r.lostUpdates !== 0);
+  const bad = exits.length > 0 || results.some((r) => r.oversold > 0 || r.lostUpdates > 0);
   console.log(`process exits: ${exits.length}; oversold: ${results.reduce((n, r) => n + r.oversold, 0)}; lost updates: ${results.reduce((n, r) => n + r.lostUpdates, 0)}`);
   if (args.json) writeFileSync(args.json, JSON.stringify({ results, exits }, null, 2));
   code = bad ? 1 : 0;
