@@ -21,6 +21,13 @@
 // the addon now tries again in 10 ms, and when the C client has tried every server and asks to wait
 // (a 60th of the timeout) it waits that long. This is most of what a leader loss cost under load.
 //
+// The same defect through the other door: any async call (a_create, a_get, ...) can make the C
+// client close its socket when its send fails (nonblocking_send: e.g. the server dropped the
+// connection while the process was stopped), while the addon's poll handle is queued for that
+// descriptor; libuv then adds the closed descriptor to epoll (EBADF) and aborts (seen with a core
+// dump: uv__epoll_ctl_prep, EPOLL_CTL_ADD, after SIGCONT). The addon now drops its poll handle after
+// every async call that left the handle not connected.
+//
 // And the C client is configured with --with-sock-cloexec: its sockets are close-on-exec, so a
 // child process spawned by the app no longer inherits them (while such a child lived, the client
 // could not reconnect, and the addon could declare a live session expired).
@@ -33,7 +40,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 4;
+const FIX_VERSION = 5;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {
@@ -79,6 +86,35 @@ const ADDON_HUNKS = [
             uv_timer_start(&zk_timer, &zk_timer_cb, wait, wait);
             return;
         }`,
+  },
+  {
+    before: `#define METHOD_EPILOG(call) \\
+        int ret = (zk->zhandle ? (call) : ZINVALIDSTATE); \\
+        RETURN_VALUE(info, Nan::New<Int32>(ret))`,
+    after: `#define METHOD_EPILOG(call) \\
+        int ret = (zk->zhandle ? (call) : ZINVALIDSTATE); \\
+        zk->dropClosedSocket(); \\
+        RETURN_VALUE(info, Nan::New<Int32>(ret))`,
+  },
+  {
+    before: `    void yield () {`,
+    after: `    // ${MARKER}: every async call (a_create, a_get, ...) ends here. A send that fails inside it
+    // makes the C client close its socket at once (nonblocking_send) and mark the handle not
+    // connected; drop the poll handle now, before libuv adds the closed descriptor to epoll (EBADF:
+    // abort) or another socket takes its number, and reconnect through the timer.
+    void dropClosedSocket () {
+        if (is_closed || !zhandle || (!zk_io && fd == -1) || zoo_state(zhandle) != ZOO_NOTCONNECTED_STATE) return;
+        if (zk_io) {
+            uv_close((uv_handle_t*) zk_io, delete_on_close);
+            zk_io = NULL;
+        }
+        fd = -1;
+        tv.tv_sec = 0;
+        tv.tv_usec = 0;
+        uv_timer_start(&zk_timer, &zk_timer_cb, NESTJS_ZK_LOCK_RETRY_MS, NESTJS_ZK_LOCK_RETRY_MS);
+    }
+
+    void yield () {`,
   },
   {
     before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,

@@ -4,6 +4,7 @@ import { parentOf, validateZkPath } from './lock-path.js';
 import { describe } from './connection-options.js';
 import { LockChannels, publish } from './diagnostics.js';
 import { validateAcquireOptions } from './acquire-options.js';
+import { notAcquiredError } from './cancellation.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
 import type { AcquireOptions } from './lock-queue.js';
@@ -71,6 +72,10 @@ export abstract class LockRecipe implements Lockable {
     let lease: Lease;
     try {
       lease = await this.acquireNew(options);
+      // A grant can reach us after a stall past the session's deadline, before the deadline timer
+      // ran (a local handoff, a reply read first): isHeld checks the clock, and then the session
+      // and this lease are lost. Never hand out a lease that another client may already hold.
+      if (!lease.isHeld) throw notAcquiredError(this.name, 'connection', options.waitMs === 0);
     } catch (error) {
       if (channels) publish(channels.notAcquired, () => ({
         name: this.name,

@@ -11,7 +11,7 @@ const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
  * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
  * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
  */
-export const ADDON_FIX_VERSION = 4;
+export const ADDON_FIX_VERSION = 5;
 export function addonFixVersion(): number {
   const dir = dirname(require.resolve('zookeeper/package.json'));
   const binding = createRequire(join(dir, 'package.json'))('node-gyp-build')(dir) as { ZooKeeper: Record<string, unknown> };
