@@ -73,11 +73,10 @@ export abstract class LockRecipe implements Lockable {
     try {
       lease = await this.acquireNew(options);
       // A grant can reach us after a stall past the session's deadline, before the deadline timer
-      // ran (a local handoff, a reply read first): check the clock now (this declares the session
-      // lost if it is past). Never hand out a lease that another client may already hold; give it
-      // back so that local waiters behind it move on (each is checked the same way).
-      const connection = this.engine.connection;
-      if (!connection.checkDeadline() || connection.sessionId !== lease.sessionId || !lease.isHeld) {
+      // ran (a reply read first): isHeld checks the clock (and declares the session lost if it is
+      // past). Never hand out a lease that another client may already hold; give it back so that
+      // local waiters behind it move on (each is checked the same way).
+      if (!lease.isHeld) {
         void lease.release().catch(() => {});
         throw notAcquiredError(this.name, 'connection', options.waitMs === 0);
       }
