@@ -124,7 +124,20 @@ export class ZkServerHandle {
 
   /** SIGSTOP: the server hangs (no answers, no heartbeats) until resume(id). */
   pause(id: number): void {
-    process.kill(this.livePid(id), 'SIGSTOP');
+    const pid = this.livePid(id);
+    process.kill(pid, 'SIGSTOP');
+    // kill() only queues the stop: a JVM thread running on the other core can still answer a
+    // request for a moment (seen once in a loaded run). Return once every thread is stopped.
+    const stopped = () =>
+      readdirSync(`/proc/${pid}/task`).every((tid) => {
+        try {
+          return / [tT] /.test(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').replace(/^.*\)/s, ''));
+        } catch {
+          return true; // the thread is gone
+        }
+      });
+    const until = Date.now() + 5000;
+    while (!stopped() && Date.now() < until) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
   }
 
   resume(id: number): void {
