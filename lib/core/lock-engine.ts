@@ -99,26 +99,20 @@ export class LockEngine {
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     // After the caller's synchronous setup, so that its onWarning listener hears it.
     queueMicrotask(() => this.warnIfAddonUnfixed());
-    const onLost = (reason: SessionLostReason) => this.sessionGone(reason);
-    const onState = (state: string) => {
-      if (state === 'connected') return;
-      const listeners = [...this.disconnectListeners];
-      this.disconnectListeners.clear();
-      for (const listener of listeners) listener();
-    };
-    const onClosed = () => {
-      this.emitStop(new ConnectionClosedError());
-      this.sessionGone('connection-closed');
-    };
-    connection.on('lost', onLost);
-    connection.on('state', onState);
-    connection.on('closed', onClosed);
-    // A connection may outlive its engines (ZkLockModule.forRoot({ connection })).
-    this.detach = () => {
-      connection.off('lost', onLost);
-      connection.off('state', onState);
-      connection.off('closed', onClosed);
-    };
+    // A connection may outlive its engines (ZkLockModule.forRoot({ connection })): shutdown detaches.
+    this.detach = connection.listen({
+      lost: (reason) => this.sessionGone(reason),
+      state: (state) => {
+        if (state === 'connected') return;
+        const listeners = [...this.disconnectListeners];
+        this.disconnectListeners.clear();
+        for (const listener of listeners) listener();
+      },
+      closed: () => {
+        this.emitStop(new ConnectionClosedError());
+        this.sessionGone('connection-closed');
+      },
+    });
   }
   private readonly detach: () => void;
 

@@ -44,6 +44,18 @@ const EXPIRED_SESSION_STATE = -112;
  * @publicApi
  */
 export class ZkConnection extends EventEmitter<ConnectionEvents> {
+  /**
+   * Adds `handlers` and returns the function that removes them again: for listeners whose owner
+   * may end before the connection does (an engine or Nest module on a connection passed in).
+   */
+  listen(handlers: { [K in keyof ConnectionEvents]?: (...args: ConnectionEvents[K]) => void }): () => void {
+    const added = Object.entries(handlers) as [keyof ConnectionEvents, (...args: any[]) => void][];
+    for (const [event, handler] of added) this.on(event, handler as any);
+    return () => {
+      for (const [event, handler] of added) this.off(event, handler as any);
+    };
+  }
+
   readonly options: ResolvedConnectionOptions;
   private current: ZkSession | undefined;
   private currentState: ConnectionState = 'connecting';

@@ -12,11 +12,15 @@ const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
  * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
  */
 export const ADDON_FIX_VERSION = 5;
+let loadedFixVersion: number | undefined;
 export function addonFixVersion(): number {
-  const dir = dirname(require.resolve('zookeeper/package.json'));
-  const binding = createRequire(join(dir, 'package.json'))('node-gyp-build')(dir) as { ZooKeeper: Record<string, unknown> };
-  const version = binding.ZooKeeper.NESTJS_ZK_LOCK_FD_FIX;
-  return typeof version === 'number' ? version : 0;
+  if (loadedFixVersion === undefined) {
+    const dir = dirname(require.resolve('zookeeper/package.json'));
+    const binding = createRequire(join(dir, 'package.json'))('node-gyp-build')(dir) as { ZooKeeper: Record<string, unknown> };
+    const version = binding.ZooKeeper.NESTJS_ZK_LOCK_FD_FIX;
+    loadedFixVersion = typeof version === 'number' ? version : 0;
+  }
+  return loadedFixVersion;
 }
 
 /** The subset of the `zookeeper` package's class this library uses (callback API). */

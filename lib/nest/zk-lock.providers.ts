@@ -37,16 +37,7 @@ export class ConnectionLog {
     const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`);
     const lost = (reason: string, id: string) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`);
     if (connection.state === 'connected' && connection.sessionId) connected(connection.sessionId);
-    connection.on('connected', connected);
-    connection.on('suspended', suspended);
-    connection.on('reconnected', reconnected);
-    connection.on('lost', lost);
-    this.close = () => {
-      connection.off('connected', connected);
-      connection.off('suspended', suspended);
-      connection.off('reconnected', reconnected);
-      connection.off('lost', lost);
-    };
+    this.close = connection.listen({ connected, suspended, reconnected, lost });
   }
 }
 

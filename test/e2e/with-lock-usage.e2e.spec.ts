@@ -1,4 +1,4 @@
-import { Injectable, Module, type LoggerService } from '@nestjs/common';
+import { Injectable, Module, type INestApplicationContext, type LoggerService, type Provider } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Interval } from '@nestjs/schedule';
 import { lastValueFrom, Observable, of } from 'rxjs';
@@ -21,6 +21,18 @@ class Reports {
 }
 
 const zk = () => ZkLockModule.forRoot({ connectString: zkConnectString(), basePath: `/e2e-usage-${process.pid}` });
+
+/** Runs `body` against an app of `providers` over ZooKeeper, and closes the app. */
+async function withApp(providers: Provider[], body: (app: INestApplicationContext) => Promise<void>): Promise<void> {
+  @Module({ imports: [zk()], providers })
+  class AppModule {}
+  const app = await (await Test.createTestingModule({ imports: [AppModule] }).compile()).init();
+  try {
+    await body(app);
+  } finally {
+    await app.close();
+  }
+}
 
 describe('@WithLock misuse', () => {
   it('a provider built by useFactory fails the bootstrap, naming the fix', async () => {
@@ -117,19 +129,14 @@ describe('@WithLock misuse', () => {
         return (empty ? null : of(1, 2)) as Observable<number>;
       }
     }
-    @Module({ imports: [zk()], providers: [Feed] })
-    class FeedModule {}
-    const app = await (await Test.createTestingModule({ imports: [FeedModule] }).compile()).init();
-    try {
+    await withApp([Feed], async (app) => {
       const feed = app.get(Feed);
       await expect(lastValueFrom(feed.updates(false))).resolves.toBe(2);
       await expect(lastValueFrom(feed.updates(true), { defaultValue: 'none' })).resolves.toBe('none');
       // Free again: a try-once acquire of the same lock succeeds.
       const lease = await app.get(LockService).mutex('feed').acquire({ waitMs: 0 });
       await lease.release();
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it('a subscriber that unsubscribes while waiting takes its waiter out of the queue', async () => {
@@ -140,22 +147,20 @@ describe('@WithLock misuse', () => {
         return of(1);
       }
     }
-    @Module({ imports: [zk()], providers: [Ticker] })
-    class TickerModule {}
-    const app = await (await Test.createTestingModule({ imports: [TickerModule] }).compile()).init();
     const observer = await connect();
     try {
-      const locks = app.get(LockService);
-      const path = locks.pathOf('ticker');
-      // Held by another client (in-process waiters would queue locally, not in ZooKeeper).
-      const holder = await new Mutex(await engine(), 'ticker', path).acquire();
-      const subscription = app.get(Ticker).ticks().subscribe();
-      await eventually(async () => (await childrenOf(observer, path)).length === 2, 10_000, 20); // queued
-      subscription.unsubscribe();
-      await eventually(async () => (await childrenOf(observer, path)).length === 1, 10_000, 20); // only the holder
-      await holder.release();
+      await withApp([Ticker], async (app) => {
+        const locks = app.get(LockService);
+        const path = locks.pathOf('ticker');
+        // Held by another client (in-process waiters would queue locally, not in ZooKeeper).
+        const holder = await new Mutex(await engine(), 'ticker', path).acquire();
+        const subscription = app.get(Ticker).ticks().subscribe();
+        await eventually(async () => (await childrenOf(observer, path)).length === 2, 10_000, 20); // queued
+        subscription.unsubscribe();
+        await eventually(async () => (await childrenOf(observer, path)).length === 1, 10_000, 20); // only the holder
+        await holder.release();
+      });
     } finally {
-      await app.close();
       await closeAll();
     }
   });
@@ -170,10 +175,7 @@ describe('@WithLock misuse', () => {
         return of(1, 2, 3);
       }
     }
-    @Module({ imports: [zk()], providers: [Streams] })
-    class StreamsModule {}
-    const app = await (await Test.createTestingModule({ imports: [StreamsModule] }).compile()).init();
-    try {
+    await withApp([Streams], async (app) => {
       const streams = app.get(Streams);
       const locks = app.get(LockService);
       // Subscribed at once (as Nest's router does): values arrive, then the lock is free.
@@ -185,9 +187,7 @@ describe('@WithLock misuse', () => {
       await (await locks.mutex('undeclared').acquire({ waitMs: 2000 })).release();
       // And a late subscriber never runs the stream unlocked.
       await expect(lastValueFrom(discarded)).rejects.toThrow(/subscribed after the lock was released/);
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it('a job declared to return an Observable (whose body would never run) fails the bootstrap', async () => {
@@ -210,16 +210,11 @@ describe('@WithLock misuse', () => {
   });
 
   it('a detached call says so', async () => {
-    @Module({ imports: [zk()], providers: [Reports] })
-    class ClassModule {}
-    const app = await (await Test.createTestingModule({ imports: [ClassModule] }).compile()).init();
-    try {
+    await withApp([Reports], async (app) => {
       const reports = app.get(Reports);
       await expect(reports.rebuild()).resolves.toBe('rebuilt');
       const detached = reports.rebuild;
       await expect(detached()).rejects.toThrow('@WithLock on Reports.rebuild: called without its instance (as a detached function); call it as a method or bind it');
-    } finally {
-      await app.close();
-    }
+    });
   });
 });
