@@ -9,6 +9,8 @@ export default {
     '^.+\\.ts$': ['ts-jest', { useESM: true, isolatedModules: true, tsconfig: 'tsconfig.json' }],
   },
   testMatch: ['<rootDir>/test/**/*.spec.ts'],
+  // Projects of their own (a default Nest 11 and a Nest 12 app), run by test/e2e/default-projects.
+  testPathIgnorePatterns: ['/node_modules/', '<rootDir>/test/consumers/'],
   globalSetup: '<rootDir>/test/support/global-setup.ts',
   globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 60000,

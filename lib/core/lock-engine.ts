@@ -128,7 +128,14 @@ export class LockEngine {
   }
 
   private warnIfAddonUnfixed(): void {
-    if (addonWarned || addonFixVersion() >= ADDON_FIX_VERSION) return;
+    if (addonWarned) return;
+    let version: number;
+    try {
+      version = addonFixVersion();
+    } catch {
+      return; // no addon at all: opening the session says so
+    }
+    if (version >= ADDON_FIX_VERSION) return;
     addonWarned = true;
     this.warn(
       'the zookeeper addon lacks the descriptor fix (nestjs-zk-lock\'s postinstall did not run or failed): ' +

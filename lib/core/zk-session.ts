@@ -1,11 +1,26 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
+import { ZkLockError } from './errors.js';
 
-// `zookeeper` is a CommonJS native addon; load it through require so both this ESM build and
-// bundlers see one copy of the binding.
-const require = createRequire(import.meta.url);
-const NativeZooKeeper = require('zookeeper') as NativeZooKeeperClass;
+// `zookeeper` is a CommonJS native addon, loaded through require (one copy of the binding for the
+// ES module and CommonJS builds) and only when a session is opened: `nestjs-zk-lock/testing` and
+// code that only imports types or errors run where the addon was not built.
+const requireHere = createRequire(import.meta.url);
+let nativeClass: NativeZooKeeperClass | undefined;
+function loadAddon(): NativeZooKeeperClass {
+  try {
+    nativeClass ??= requireHere('zookeeper') as NativeZooKeeperClass;
+  } catch (error) {
+    throw new ZkLockError(
+      `The native "zookeeper" addon could not be loaded (${String(error).split('\n')[0]}). It is compiled when ` +
+        'the package is installed (python3, make and a C/C++ compiler; npm must run install scripts): ' +
+        'run "npm rebuild zookeeper nestjs-zk-lock" (see the README, Install)',
+      { cause: error },
+    );
+  }
+  return nativeClass;
+}
 
 /**
  * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
@@ -15,7 +30,8 @@ export const ADDON_FIX_VERSION = 5;
 let loadedFixVersion: number | undefined;
 export function addonFixVersion(): number {
   if (loadedFixVersion === undefined) {
-    const dir = dirname(require.resolve('zookeeper/package.json'));
+    loadAddon();
+    const dir = dirname(requireHere.resolve('zookeeper/package.json'));
     const binding = createRequire(join(dir, 'package.json'))('node-gyp-build')(dir) as { ZooKeeper: Record<string, unknown> };
     const version = binding.ZooKeeper.NESTJS_ZK_LOCK_FD_FIX;
     loadedFixVersion = typeof version === 'number' ? version : 0;
@@ -164,7 +180,7 @@ export class ZkSession {
       config.client_id = init.sessionId;
       config.client_password = init.sessionPassword;
     }
-    this.native = new NativeZooKeeper(config);
+    this.native = new (loadAddon())(config);
     this.ops = this.native.native ?? this.native;
     this.native.on('connect', () => {
       // A new session holds nothing until a request sent after this moment is answered, so its

@@ -1,4 +1,4 @@
-import { Inject, Logger } from '@nestjs/common';
+import { Inject, Logger, Optional } from '@nestjs/common';
 import { defer, isObservable, Observable } from 'rxjs';
 import { InvalidOptionError, LockNotAcquiredError, LockUsageError } from '../core/errors.js';
 import { optionalPositiveInteger, positiveInteger, describe } from '../core/connection-options.js';
@@ -37,7 +37,10 @@ const logger = new Logger('WithLock');
  */
 export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMethodDecorator {
   validateWithLockOptions(key, options);
+  // Optional: a module that cannot see LockService (ZkLockModule with isGlobal: false, not
+  // imported there) gets the explorer's bootstrap error naming the fix, not Nest's generic one.
   const injectService = Inject(LockService);
+  const optional = Optional();
   return (target: object, propertyKey: string | symbol, descriptor: PropertyDescriptor) => {
     const original = descriptor.value as unknown;
     if (typeof target === 'function') {
@@ -47,6 +50,7 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMet
     const label = `${(target as object).constructor.name}.${String(propertyKey)}`;
     if (typeof original !== 'function') throw new LockUsageError(`@WithLock can only decorate methods (${label})`);
     injectService(target, LOCK_SERVICE_PROPERTY);
+    optional(target, LOCK_SERVICE_PROPERTY);
 
     const returnsObservable = Reflect.getMetadata('design:returntype', target, propertyKey) === Observable;
     const isGenerator = original.constructor?.name === 'AsyncGeneratorFunction';
@@ -59,7 +63,7 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMet
         // Fail closed: never run unlocked.
         throw new LockUsageError(
           `@WithLock on ${label}: LockService was not injected. Create ${label.split('.')[0]} through Nest, ` +
-            'in a module that imports ZkLockModule (or make ZkLockModule global).',
+            'in an application that imports ZkLockModule.forRoot() (global by default).',
         );
       }
       return new LockedCall(service, original as (...a: unknown[]) => unknown, self, args, key, options, label, wrapper);

@@ -1,9 +1,11 @@
-import { Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger, Optional, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
 import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, SCHEDULER_TYPE, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
 import { LockUsageError } from '../core/errors.js';
+import { ZkConnection } from '../core/zk-connection.js';
+import { OWNS_CONNECTION } from './zk-lock.providers.js';
 
 /**
  * At startup, finds every @WithLock method of the application's providers and controllers,
@@ -18,10 +20,20 @@ export class WithLockExplorer implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly locks: LockService,
+    @Optional() private readonly connection?: ZkConnection,
+    @Optional() @Inject(OWNS_CONNECTION) private readonly ownsConnection?: boolean,
   ) {}
 
-  onModuleInit(): void {
-    const found = this.inventory();
+  async onModuleInit(): Promise<void> {
+    let found: WithLockMetadata[];
+    try {
+      found = this.inventory();
+    } catch (error) {
+      // Nest runs no shutdown hook after a failed bootstrap: close the session we opened, or it
+      // would keep the process (a test runner, say) alive.
+      if (this.ownsConnection) await this.connection?.close();
+      throw error;
+    }
     for (const { label, key, options } of found) {
       if (typeof key === 'string' && !isTemplate(key)) this.locks.pathOf(key); // throws InvalidLockNameError
       this.logger.debug?.(`${label} → ${typeof key === 'string' ? key : 'key function'} (${options.kind ?? 'mutex'})`);
@@ -47,6 +59,15 @@ export class WithLockExplorer implements OnModuleInit {
         const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
         if (!metadata) continue;
         seen.add(method);
+        if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService) && wrapper.metatype === instance.constructor) {
+          const host = wrapper.host?.name ?? 'its module';
+          throw new LockUsageError(
+            `@WithLock on ${metadata.label}: ${host} cannot see LockService (ZkLockModule was registered with ` +
+              `isGlobal: false and nothing ${host} imports exports it). Import into ${host} a module that ` +
+              're-exports it (`@Module({ imports: [ZkLockModule.forRoot(...)], exports: [ZkLockModule] })`), ' +
+              'or leave ZkLockModule global (the default).',
+          );
+        }
         if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService)) {
           throw new LockUsageError(
             `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +

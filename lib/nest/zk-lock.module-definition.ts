@@ -9,5 +9,5 @@ export const {
 } = new ConfigurableModuleBuilder<ZkLockModuleOptions>({ moduleName: 'ZkLock' })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createZkLockOptions')
-  .setExtras({ isGlobal: false }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
   .build();

@@ -21,7 +21,7 @@ function runConsumer(file: string): Promise<{ code: number | null; stdout: strin
 }
 
 describe('the published package', () => {
-  it('is importable from a CommonJS Nest app (require of the ES module) and exits cleanly', async () => {
+  it('is importable from a CommonJS Nest app (its CommonJS build) and exits cleanly', async () => {
     const { code, stdout, stderr } = await runConsumer('cjs-consumer.cjs');
     expect(stderr).toBe('');
     expect(code).toBe(0);

@@ -1,7 +1,7 @@
 import { Controller, Injectable, Module, Param, Post, type INestApplication, type INestApplicationContext } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
-import { InvalidOptionError, ZkConnectError } from '../../lib/core/errors.js';
+import { InvalidOptionError, LockUsageError, ZkConnectError } from '../../lib/core/errors.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
@@ -95,6 +95,38 @@ describe('ZkLockModule', () => {
     const app = await boot([ZkLockModule.forRootAsync({ useClass: Options, isGlobal: true }), BillingModule]);
     expect(app.get(Billing).locks).toBeInstanceOf(LockService);
     await app.close();
+  });
+
+  it('is global by default: forRoot in the root module, @WithLock and LockService in a feature module that does not import it', async () => {
+    @Injectable()
+    class Seats {
+      constructor(readonly locks: LockService) {}
+      @WithLock('module-global-seat')
+      async take(): Promise<string> {
+        return LockContext.current()!.path;
+      }
+    }
+    @Module({ providers: [Seats] })
+    class SeatsModule {}
+
+    const app = await boot([ZkLockModule.forRoot({ connectString: zkConnectString() }), SeatsModule]);
+    await expect(app.get(Seats).take()).resolves.toMatch(/^\/locks\/module-global-seat\/_c_/);
+    await app.close();
+  });
+
+  it('with isGlobal: false, a feature module that cannot see it fails the bootstrap saying what to add', async () => {
+    @Injectable()
+    class Seats {
+      @WithLock('module-local-seat')
+      async take(): Promise<void> {}
+    }
+    @Module({ providers: [Seats] })
+    class SeatsModule {}
+
+    const error = await boot([ZkLockModule.forRoot({ connectString: zkConnectString(), isGlobal: false }), SeatsModule]).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(LockUsageError);
+    expect((error as Error).message).toContain('@WithLock on Seats.take: SeatsModule cannot see LockService (ZkLockModule was registered with isGlobal: false');
+    expect((error as Error).message).toContain('or leave ZkLockModule global (the default)');
   });
 
   it('fails the bootstrap within connectTimeoutMs when nothing listens, naming the connect string', async () => {

@@ -1,0 +1,30 @@
+import { Test } from '@nestjs/testing';
+import { LockNotAcquiredError } from 'nestjs-zk-lock';
+import { FakeLockService, ZkLockTestingModule } from 'nestjs-zk-lock/testing';
+import { TicketsModule } from './tickets.module';
+import { TicketsService } from './tickets.service';
+
+// A unit test through nestjs-zk-lock/testing: no ZooKeeper (and no native addon) needed.
+describe('TicketsService (unit, nestjs-zk-lock/testing)', () => {
+  it('sells one seat per call, one caller at a time', async () => {
+    const moduleRef = await Test.createTestingModule({ imports: [ZkLockTestingModule.forRoot(), TicketsModule] }).compile();
+    await moduleRef.init();
+    const tickets = moduleRef.get(TicketsService);
+    const results = await Promise.all([tickets.sell('a'), tickets.sell('a'), tickets.sell('a')]);
+    expect(results.map((r) => r.sold).sort()).toEqual([1, 2, 3]);
+    expect(moduleRef.get(FakeLockService)).toBeDefined();
+    await moduleRef.close();
+  });
+
+  it('refuses a second caller while the lock is held', async () => {
+    const moduleRef = await Test.createTestingModule({ imports: [ZkLockTestingModule.forRoot(), TicketsModule] }).compile();
+    await moduleRef.init();
+    const tickets = moduleRef.get(TicketsService);
+    const first = tickets.report(200);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+    await expect(tickets.report(0)).rejects.toBeInstanceOf(LockNotAcquiredError);
+    await expect(first).resolves.toBe('done');
+    await moduleRef.close();
+  });
+
+});
