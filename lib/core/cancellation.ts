@@ -24,9 +24,13 @@ export class Cancellation {
   ) {
     const { waitMs, signal } = options;
     const connection = engine.connection;
-    // A wait that ends while ZooKeeper is unreachable ended for that reason, not for contention;
-    // a try-once that got no answer within its bound met a link that does not answer.
-    const onDeadline = () => this.settle({ reason: waitMs === 0 || connection.state !== 'connected' ? 'connection' : 'timeout' });
+    // A wait that ends while ZooKeeper is unreachable ended for that reason, not for contention:
+    // disconnected, or still "connected" over a link that has not answered a request for half the
+    // wait (the client notices a silent link only after 2/3 of the session timeout). A try-once
+    // that got no answer within its bound met a link that does not answer.
+    const unreachable = () =>
+      connection.state !== 'connected' || (connection.session?.unansweredForMs() ?? 0) >= Math.min(UNANSWERED_MS, waitMs! / 2);
+    const onDeadline = () => this.settle({ reason: waitMs === 0 || unreachable() ? 'connection' : 'timeout' });
     const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS);
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
     signal?.addEventListener('abort', onAbort, { once: true });
@@ -65,6 +69,9 @@ export class Cancellation {
  * up (2/3 of the session timeout).
  */
 export const TRY_ONCE_BOUND_MS = 2_000;
+
+/** A request unanswered this long (or for half the wait, if shorter) means the link is not answering. */
+const UNANSWERED_MS = 1_000;
 
 /** The error of an acquire that gave up, with the same text wherever it is made. */
 export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {

@@ -347,15 +347,30 @@ export class ZkSession {
       }
       // Sent no sooner than now (the C client may queue it): a safe lower bound.
       const sentAt = performance.now();
+      const request = { sentAt };
+      this.pending.add(request);
       const rc = send((code, value) => {
+        this.pending.delete(request);
         const answered = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
         if (answered && sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = sentAt;
         if (code === ZkCode.OK) resolve(value);
         else reject(new ZkError(code, operation, path));
       });
       // A non-zero return means the request was never queued, and its callback will never run.
-      if (rc !== ZkCode.OK) reject(new ZkError(rc, operation, path));
+      if (rc !== ZkCode.OK) {
+        this.pending.delete(request);
+        reject(new ZkError(rc, operation, path));
+      }
     });
+  }
+
+  /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
+  private readonly pending = new Set<{ sentAt: number }>();
+
+  /** How long the oldest request still waiting for its answer has waited (0 if none): a link that stopped answering. */
+  unansweredForMs(): number {
+    const oldest = this.pending.values().next().value;
+    return oldest ? performance.now() - oldest.sentAt : 0;
   }
 }
 

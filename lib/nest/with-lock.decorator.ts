@@ -258,8 +258,14 @@ class LockedCall {
       return await lockable.acquire({ waitMs: this.options.waitMs ?? this.service.defaultWaitMs, signal });
     } catch (error) {
       if (signal?.aborted) return undefined; // the subscriber left while waiting
-      if (!(error instanceof LockNotAcquiredError) || error.reason !== 'timeout') throw error;
+      if (!(error instanceof LockNotAcquiredError)) throw error;
       const onLocked = this.options.onLocked ?? (this.isJob() ? 'skip' : 'throw');
+      if (error.reason === 'connection' && onLocked === 'skip') {
+        // Not contention: nobody may be running this, so it is worth an operator's attention.
+        logger.warn(`${this.label}: ZooKeeper is unavailable (${error.message}); skipped this run`);
+        return undefined;
+      }
+      if (error.reason !== 'timeout') throw error;
       if (onLocked === 'skip') {
         logger.debug(`${this.label}: lock ${JSON.stringify(lockable.name)} is held elsewhere; skipped this call`);
         return undefined;
