@@ -35,7 +35,7 @@ const logger = new Logger('WithLock');
  * processors and any provider method, in either decorator order.
  * @publicApi
  */
-export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMethodDecorator {
+export function WithLock<K extends LockKey>(key: K, options: WithLockOptions = {}): LockedMethodDecorator<K> {
   validateWithLockOptions(key, options);
   // Optional: a module that cannot see LockService (ZkLockModule with isGlobal: false, not
   // imported there) gets the explorer's bootstrap error naming the fix, not Nest's generic one.
@@ -98,12 +98,22 @@ export function WithLock(key: LockKey, options: WithLockOptions = {}): LockedMet
  * rejection nobody awaits: declare it `async` (or return an Observable or an async generator).
  */
 export type LockedMethod = (...args: any[]) => PromiseLike<unknown> | Observable<unknown> | AsyncIterable<unknown>;
-/** @WithLock's decorator type: it does not compile on a method whose return type is synchronous. */
-export type LockedMethodDecorator = <T extends LockedMethod>(
+/**
+ * @WithLock's decorator type: it does not compile on a method whose return type is synchronous,
+ * nor with a key function that cannot take the method's arguments (it is called with them).
+ */
+export type LockedMethodDecorator<K = LockKey> = <T extends LockedMethod>(
   target: object,
   propertyKey: string | symbol,
-  descriptor: TypedPropertyDescriptor<T>,
+  descriptor: TypedPropertyDescriptor<T> & KeyFitsMethod<K, T>,
 ) => TypedPropertyDescriptor<T> | void;
+
+/** `unknown` when key `K` can be called with method `T`'s arguments; otherwise a type nothing matches, naming the problem. */
+export type KeyFitsMethod<K, T extends (...args: any[]) => unknown> = K extends (...args: any[]) => unknown
+  ? K extends (...args: Parameters<T>) => unknown
+    ? unknown
+    : { 'the @WithLock key function must accept the method\'s parameters': Parameters<T> }
+  : unknown;
 
 /** One invocation of a decorated method. */
 class LockedCall {

@@ -83,6 +83,31 @@ describe('@WithLock misuse', () => {
     expect(Counter).toBeDefined();
   });
 
+  // A key function is called with the method's arguments: one that takes other types, or more
+  // parameters than the method has, does not compile.
+  it('a key function that cannot take the method\'s arguments does not compile', () => {
+    class Orders {
+      @WithLock((id: string) => `order:${id}`)
+      async pay(id: string, amount: number): Promise<number> {
+        return id.length + amount;
+      }
+
+      // @ts-expect-error -- the key function takes a number, the method passes a string
+      @WithLock((id: number) => `order:${id}`)
+      async refund(id: string): Promise<void> {}
+
+      // @ts-expect-error -- the key function wants a second argument the method never gets
+      @WithLock((from: string, to: string) => [`account:${from}`, `account:${to}`])
+      async close(account: string): Promise<void> {}
+
+      @WithLock((from: string, to: string) => [`account:${from}`, `account:${to}`])
+      async transfer(from: string, to: string, amount: number): Promise<number> {
+        return amount;
+      }
+    }
+    expect(Orders).toBeDefined();
+  });
+
   it('warns at startup when a wrapping decorator sits above @WithLock (its commit would run after the release)', async () => {
     /** A @Transactional-style decorator: wraps the method and copies its metadata, as such decorators do. */
     const Transactional = (): MethodDecorator => (_target, _key, descriptor: PropertyDescriptor) => {
