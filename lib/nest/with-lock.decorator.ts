@@ -5,6 +5,7 @@ import { optionalPositiveInteger, positiveInteger, describe } from '../core/conn
 import type { Lockable } from '../core/lock-recipe.js';
 import type { Lease } from '../core/lease.js';
 import { LockContext } from '../core/lock-context.js';
+import { clientGoneSignal } from './client-disconnect.interceptor.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
 import { resolveLockNames, type LockKey } from './lock-key.util.js';
 import { LockService } from './lock.service.js';
@@ -263,11 +264,15 @@ class LockedCall {
   }
 
   /** The lease, or undefined when the call is skipped; throws per `onLocked`. */
-  private async acquire(lockable: Lockable, signal?: AbortSignal): Promise<Lease | undefined> {
+  private async acquire(lockable: Lockable, subscriberGone?: AbortSignal): Promise<Lease | undefined> {
+    // An HTTP client that disconnects while its request waits takes the waiter out of the queue.
+    const clientGone = clientGoneSignal();
+    const signals = [subscriberGone, clientGone].filter((s): s is AbortSignal => s !== undefined);
+    const signal = signals.length > 1 ? AbortSignal.any(signals) : signals[0];
     try {
       return await lockable.acquire({ waitMs: this.options.waitMs ?? this.service.defaultWaitMs, signal });
     } catch (error) {
-      if (signal?.aborted) return undefined; // the subscriber left while waiting
+      if (subscriberGone?.aborted || clientGone?.aborted) return undefined; // nobody is left to answer
       if (!(error instanceof LockNotAcquiredError)) throw error;
       const onLocked = this.options.onLocked ?? (this.isJob() ? 'skip' : 'throw');
       if (error.reason === 'connection' && onLocked === 'skip') {

@@ -1,5 +1,6 @@
 import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
-import { DiscoveryModule } from '@nestjs/core';
+import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { ClientDisconnectInterceptor } from './client-disconnect.interceptor.js';
 import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from './lock.service.js';
@@ -14,7 +15,15 @@ import { ConnectionLog, connectionLogProvider, connectionProvider, engineProvide
  */
 @Module({
   imports: [DiscoveryModule],
-  providers: [connectionProvider, connectionLogProvider, ownsConnectionProvider, engineProvider, LockService, WithLockExplorer],
+  providers: [
+    connectionProvider,
+    connectionLogProvider,
+    ownsConnectionProvider,
+    engineProvider,
+    LockService,
+    WithLockExplorer,
+    { provide: APP_INTERCEPTOR, useClass: ClientDisconnectInterceptor },
+  ],
   exports: [ZkConnection, LockEngine, LockService],
 })
 export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicationShutdown {
