@@ -88,4 +88,31 @@ export class LockService {
   get state(): ConnectionState {
     return this.connection.state;
   }
+
+  /** Releases of leases kept for `minHoldMs` after their work finished. */
+  private readonly heldForMinimum = new Set<() => void>();
+
+  /**
+   * @internal `@WithLock`'s `minHoldMs`: releases `lease` at `at` (a `Date.now()` time), or now if
+   * that has passed. The application's shutdown releases it sooner (`releaseHeldForMinimum`).
+   */
+  releaseAt(lease: Lease, at: number): void {
+    const remaining = at - Date.now();
+    if (remaining <= 0) return void lease.release();
+    const release = () => {
+      clearTimeout(timer);
+      this.heldForMinimum.delete(release);
+      void lease.release();
+    };
+    const timer = setTimeout(release, remaining).unref();
+    this.heldForMinimum.add(release);
+  }
+
+  /**
+   * @internal At shutdown: the work under these locks has finished, so they go now instead of
+   * keeping the shutdown waiting for its grace time.
+   */
+  releaseHeldForMinimum(): void {
+    for (const release of [...this.heldForMinimum]) release();
+  }
 }

@@ -7,6 +7,7 @@ import type { Lease } from '../core/lease.js';
 import { LockContext } from '../core/lock-context.js';
 import { clientGoneSignal } from './client-disconnect.interceptor.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
+import { defaultJobHoldMs, isScheduledJob } from './job-schedule.js';
 import { resolveLockNames, type LockKey } from './lock-key.util.js';
 import { LockService } from './lock.service.js';
 import type { WithLockOptions } from './with-lock-options.interface.js';
@@ -26,7 +27,6 @@ export interface WithLockMetadata {
   returnsObservable?: boolean;
 }
 
-export const SCHEDULER_TYPE = 'SCHEDULER_TYPE'; // @nestjs/schedule's metadata key on @Cron/@Interval/@Timeout methods
 export const EVENT_LISTENER_METADATA = 'EVENT_LISTENER_METADATA'; // @nestjs/event-emitter's, on @OnEvent methods
 const logger = new Logger('WithLock');
 
@@ -119,6 +119,8 @@ export type KeyFitsMethod<K, T extends (...args: any[]) => unknown> = K extends 
 /** One invocation of a decorated method. */
 class LockedCall {
   private readonly started = Date.now();
+  /** When the lock may go at the earliest: `minHoldMs` after the start (a job's default: its schedule). */
+  private readonly holdUntil: number;
 
   constructor(
     private readonly service: LockService,
@@ -129,7 +131,9 @@ class LockedCall {
     private readonly options: WithLockOptions,
     private readonly label: string,
     private readonly wrapper: Function,
-  ) {}
+  ) {
+    this.holdUntil = this.started + (options.minHoldMs ?? defaultJobHoldMs(wrapper, label));
+  }
 
   async asPromise(): Promise<unknown> {
     const lockable = this.lockable();
@@ -298,15 +302,13 @@ class LockedCall {
     }
   }
 
-  /** Releases now, or once `minHoldMs` has passed since the call started. */
+  /** Releases now, or at `holdUntil` (sooner if the application shuts down). */
   private release(lease: Lease): void {
-    const remaining = (this.options.minHoldMs ?? 0) - (Date.now() - this.started);
-    if (remaining <= 0) void lease.release();
-    else setTimeout(() => void lease.release(), remaining).unref();
+    this.service.releaseAt(lease, this.holdUntil);
   }
 
   private isJob(): boolean {
-    return Reflect.getMetadata(SCHEDULER_TYPE, this.wrapper) !== undefined;
+    return isScheduledJob(this.wrapper);
   }
 }
 

@@ -2,7 +2,8 @@ import { Inject, Injectable, Logger, Optional, type OnModuleInit } from '@nestjs
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
-import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, SCHEDULER_TYPE, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
+import { SCHEDULER_TYPE } from './job-schedule.js';
 import { LockUsageError } from '../core/errors.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { OWNS_CONNECTION } from './zk-lock.providers.js';

@@ -32,16 +32,18 @@ export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicat
     private readonly connection: ZkConnection,
     @Inject(OWNS_CONNECTION) private readonly ownsConnection: boolean,
     private readonly connectionLog: ConnectionLog,
+    private readonly locks: LockService,
   ) {
     super();
   }
 
   /**
    * After Nest closed the HTTP server (and other transports), so requests in flight finished with
-   * locks working: then held locks get `shutdownGraceMs` (e.g. running cron jobs), their signals
+   * locks working: then locks kept only for `minHoldMs` go, held locks get `shutdownGraceMs` (e.g. running cron jobs), their signals
    * abort, their nodes go, and the session closes.
    */
   async onApplicationShutdown(): Promise<void> {
+    this.locks.releaseHeldForMinimum();
     await this.engine.shutdown();
     this.connectionLog.close();
     if (this.ownsConnection) await this.connection.close();

@@ -292,6 +292,7 @@ export class FakeLockService extends LockService implements OnApplicationShutdow
   async onApplicationShutdown(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.releaseHeldForMinimum();
     const items = [...this.live];
     for (const item of items) item.cancel?.('connection', new ConnectionClosedError('the lock module is shutting down'));
     for (const item of items) item.lose?.('shutdown');

@@ -8,7 +8,7 @@ import { Test } from '@nestjs/testing';
 import { Cron, ScheduleModule } from '@nestjs/schedule';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { closeAll, connect, zkConnectString } from '../support/helpers.js';
+import { childrenOf, closeAll, connect, zkConnectString } from '../support/helpers.js';
 
 afterAll(closeAll);
 
@@ -58,6 +58,22 @@ describe('@WithLock on @Cron jobs across application instances', () => {
     60_000,
   );
 
+  it('runs a 1 ms job at most once per tick by default (no minHoldMs): 3 processes × 16 ticks', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'zk-cron-'));
+    const runs = join(dir, 'runs');
+    const lockName = `cron-default-${process.pid}`;
+    try {
+      const instances = await Promise.all(['a', 'b', 'c'].map((label) => startInstance([runs, lockName, 'lock-above', label, '16500', 'default'])));
+      await Promise.all(instances.map((i) => i.exited));
+      const bySecond = runsPerSecond((await readFile(runs, 'utf8')).trim().split('\n'));
+      expect(bySecond.size).toBeGreaterThanOrEqual(14);
+      const doubled = [...bySecond].filter(([, labels]) => labels.length > 1);
+      expect(doubled).toEqual([]);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('works the same in one process with instances in both decorator orders, and jobs skip quietly by default', async () => {
     const runs: number[] = [];
     const lockName = `cron-inproc-${process.pid}`;
@@ -95,6 +111,35 @@ describe('@WithLock on @Cron jobs across application instances', () => {
   }, 60_000);
 });
 
+describe("a job's default hold at shutdown", () => {
+  it('keeps the lock until shortly before the next run, and lets it go at once when the app closes', async () => {
+    const lockName = `cron-hold-${process.pid}`;
+    @Injectable()
+    class Hourly {
+      @WithLock(lockName)
+      @Cron('0 0 * * * *')
+      async run() {
+        return 'ran';
+      }
+    }
+    @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })], providers: [Hourly] })
+    class AppModule {}
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    moduleRef.useLogger(false);
+    const app = await moduleRef.createNestApplication().init();
+    // Called by hand (the hourly tick is far): it runs, and its lock stays held for the default hold.
+    await expect(app.get(Hourly).run()).resolves.toBe('ran');
+    const observer = await connect();
+    const path = `/locks/${lockName}`;
+    expect(await childrenOf(observer, path)).toHaveLength(1);
+    const closing = Date.now();
+    await app.close();
+    // Not the 10 s shutdownGraceMs: the job's work was done, only its hold remained.
+    expect(Date.now() - closing).toBeLessThan(5000);
+    expect(await childrenOf(observer, path)).toHaveLength(0);
+  }, 60_000);
+});
+
 describe('the same jobs without @WithLock (control: the test above can fail)', () => {
   it('run on every instance each tick', async () => {
     const runs: number[] = [];
@@ -120,27 +165,4 @@ describe('the same jobs without @WithLock (control: the test above can fail)', (
     const counts = [...runsPerSecond(runs.map((s) => `${s} x`)).values()].map((labels) => labels.length);
     expect(Math.max(...counts)).toBe(3);
   }, 60_000);
-});
-
-describe('@WithLock in a module that cannot see LockService', () => {
-  it('fails the bootstrap with a message naming the class and the missing LockService property', async () => {
-    @Injectable()
-    class Orphan {
-      @WithLock('orphan')
-      async run() {
-        return 1;
-      }
-    }
-    @Module({ providers: [Orphan] })
-    class OrphanModule {}
-    // A connection we close ourselves: the failed bootstrap never reaches the module's shutdown.
-    const connection = await connect();
-    @Module({ imports: [ZkLockModule.forRoot({ connection }), OrphanModule] })
-    class AppModule {}
-    const error = await Test.createTestingModule({ imports: [AppModule] })
-      .compile()
-      .catch((e: unknown) => e);
-    expect(String(error)).toMatch(/Nest can't resolve dependencies of the Orphan/);
-    expect(String(error)).toContain('__zkLockService');
-  });
 });

@@ -5,16 +5,16 @@ import { JobsService } from './jobs.service.js';
 
 /**
  * Every second, on one instance per tick: every instance's cron fires, the first to create its
- * lock node runs, the others skip the tick quietly (the default for jobs). minHoldMs keeps the
- * lock past the end of a quick run, so that an instance whose tick fires a little later still
- * finds it taken.
+ * lock node runs, the others skip the tick quietly (the default for jobs). The lock is kept until
+ * shortly before the next tick (the default hold for jobs, read from the schedule), so that an
+ * instance whose tick fires a little later still finds it taken.
  */
 @Injectable()
 export class SalesSnapshotJob {
   constructor(private readonly jobs: JobsService) {}
 
   @Cron('* * * * * *')
-  @WithLock('jobs:sales-snapshot', { minHoldMs: 700 })
+  @WithLock('jobs:sales-snapshot')
   async snapshot(): Promise<void> {
     if (LockContext.current()?.signal.aborted) return; // lost the lock before we started
     this.jobs.recordSnapshot(JobsService.tickOf());
