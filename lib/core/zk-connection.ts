@@ -4,6 +4,7 @@ import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnec
 import { ZkSession } from './zk-session.js';
 import { ZkCode } from './zk-error.js';
 import { LockChannels, publish } from './diagnostics.js';
+import { probeHosts } from './host-probe.js';
 
 /**
  * - `connecting`: no session yet (before the first connect, or between a lost session and its successor)
@@ -24,9 +25,17 @@ export interface ConnectionEvents {
   reconnected: [sessionId: string];
   lost: [reason: SessionLostReason, sessionId: string];
   closed: [];
+  /**
+   * The first session is not connected yet: what each server said to a look-up and TCP connect
+   * (the C client retries silently). From 2 s after the start, then every 10 s.
+   */
+  unreachable: [problems: string[], elapsedMs: number];
 }
 
 const AUTH_FAILED_STATE = -113;
+/** When the first "still not connected" probe runs (a healthy connect takes milliseconds), and then how often. */
+const FIRST_PROBE_MS = 2000;
+const PROBE_EVERY_MS = 10_000;
 const WATCHDOG_INTERVAL_MS = 250;
 
 /**
@@ -120,15 +129,53 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   /**
    * Opens the first session and waits until it is usable: connected, authenticated, chroot present.
-   * Rejects with ZkConnectError after `connectTimeoutMs`. Calling it again returns the same promise.
+   * Rejects with ZkConnectError after `connectTimeoutMs` (saying what each server answered to a
+   * probe) and closes. Calling it again returns the same promise.
    */
   connect(): Promise<void> {
-    if (!this.firstConnect) {
-      this.watchdog = setInterval(() => this.checkNativeState(), WATCHDOG_INTERVAL_MS).unref();
-      this.firstConnect = this.openFirstSession();
-    }
+    this.firstConnect ??= this.openFirstSession();
     return this.firstConnect;
   }
+
+  /**
+   * Opens the first session in the background and returns at once: it keeps trying, with no
+   * deadline, until connected or closed (for services that must start while ZooKeeper is down;
+   * until then, lock calls fail with reason `connection`). Without effect once connecting.
+   */
+  connectInBackground(): void {
+    if (this.firstConnect) return;
+    this.start();
+    this.firstConnect = this.whenConnected().then(() => undefined);
+    this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
+  }
+
+  /** Why the connection closed before its first session was usable (auth, chroot), if it did. */
+  get failure(): ZkConnectError | undefined {
+    return this.failed;
+  }
+
+  private start(): void {
+    this.watchdog = setInterval(() => this.checkNativeState(), WATCHDOG_INTERVAL_MS).unref();
+    this.openSession();
+    this.probeUntilConnected();
+  }
+
+  /** Probes the servers while the first session is not connected, and says what they answered. */
+  private probeUntilConnected(): void {
+    const started = performance.now();
+    const round = async () => {
+      if (this.currentState !== 'connecting') return;
+      const problems = await probeHosts(this.options.hosts);
+      if (this.currentState !== 'connecting') return;
+      this.lastProbe = problems;
+      this.emit('unreachable', problems, Math.round(performance.now() - started));
+      this.probeTimer = setTimeout(round, PROBE_EVERY_MS).unref();
+    };
+    this.probeTimer = setTimeout(round, FIRST_PROBE_MS).unref();
+  }
+  private probeTimer: NodeJS.Timeout | undefined;
+  private lastProbe: string[] | undefined;
+
   private watchdog: NodeJS.Timeout | undefined;
   /** Sessions with a heartbeat in flight. */
   private readonly heartbeats = new WeakSet<ZkSession>();
@@ -167,21 +214,21 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private async openFirstSession(): Promise<void> {
     const { connectTimeoutMs } = this.options;
-    this.openSession();
+    this.start();
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
         this.whenConnected(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(
-            () => reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms)`)),
-            connectTimeoutMs,
-          );
+          timer = setTimeout(async () => {
+            const problems = this.lastProbe ?? (await probeHosts(this.options.hosts));
+            reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms): ${problems.join('; ')}`));
+          }, connectTimeoutMs);
         }),
       ]);
     } catch (error) {
       await this.close();
-      if (error instanceof ConnectionClosedError && this.failure) throw this.failure;
+      if (error instanceof ConnectionClosedError && this.failed) throw this.failed;
       throw error;
     } finally {
       clearTimeout(timer);
@@ -192,7 +239,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private readonly connectedSessions = new WeakSet<ZkSession>();
 
   /** Set when a session fails for a reason worth reporting (auth, chroot) before the first connect. */
-  private failure: ZkConnectError | undefined;
+  private failed: ZkConnectError | undefined;
 
   private openSession(): ZkSession {
     const generation = ++this.generation;
@@ -219,7 +266,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
         onClosed: (code) => {
           if (!isCurrent()) return;
           if (code === AUTH_FAILED_STATE) {
-            this.failure = new ZkConnectError(this.description, 'auth-failed', 'the server rejected the credentials');
+            this.failed = new ZkConnectError(this.description, 'auth-failed', 'the server rejected the credentials');
             void this.close();
           } else if (code === EXPIRED_SESSION_STATE) {
             this.sessionLost(session, 'session-expired');
@@ -236,7 +283,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     try {
       for (const { scheme, credentials } of this.options.auth) await session.addAuth(scheme, credentials);
       if (this.options.chroot && (await session.exists('/')) === null) {
-        this.failure = new ZkConnectError(
+        this.failed = new ZkConnectError(
           this.description,
           'chroot-missing',
           `the chroot ${this.options.chroot} does not exist; create it first (e.g. zkCli.sh create ${this.options.chroot})`,
@@ -248,7 +295,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       if (!isCurrent()) return;
       const code = (error as { code?: number }).code;
       if (code === ZkCode.AUTHFAILED || code === ZkCode.NOAUTH) {
-        this.failure = new ZkConnectError(this.description, 'auth-failed', 'the server rejected the credentials', { cause: error });
+        this.failed = new ZkConnectError(this.description, 'auth-failed', 'the server rejected the credentials', { cause: error });
         await this.close();
         return;
       }
@@ -342,6 +389,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private clearTimers(): void {
     clearTimeout(this.deadlineTimer);
+    clearTimeout(this.probeTimer);
     clearInterval(this.watchdog);
   }
 }

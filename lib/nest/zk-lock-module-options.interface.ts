@@ -9,7 +9,18 @@ export type ZkLockConnectionSource = ZkConnectionOptions | { connection: ZkConne
  * Options of `ZkLockModule.forRoot` / the factory of `forRootAsync`.
  * @publicApi
  */
-export type ZkLockModuleOptions = ZkLockConnectionSource & LockEngineOptions;
+export type ZkLockModuleOptions = ZkLockConnectionSource & LockEngineOptions & ZkLockBootOptions;
+
+/** @publicApi */
+export interface ZkLockBootOptions {
+  /**
+   * Default true: bootstrap waits for the first session (up to `connectTimeoutMs`) and fails
+   * without it. false: the application starts at once and the session is opened in the
+   * background, retrying until it connects; until then lock calls fail with reason `connection`
+   * (503 through `ZkLockExceptionFilter`) and scheduled jobs skip their runs with a warning.
+   */
+  waitForConnection?: boolean;
+}
 
 /** For `forRootAsync({ useClass })`. @publicApi */
 export interface ZkLockOptionsFactory {

@@ -6,7 +6,7 @@ import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from './lock.service.js';
 import { WithLockExplorer } from './with-lock.explorer.js';
 import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
-import { ConnectionLog, connectionLogProvider, connectionProvider, engineProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
+import { connectionProvider, engineProvider, ModuleConnection, moduleConnectionProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
 
 /**
  * Owns one ZooKeeper session for the application: opens it during bootstrap, releases held locks
@@ -16,8 +16,8 @@ import { ConnectionLog, connectionLogProvider, connectionProvider, engineProvide
 @Module({
   imports: [DiscoveryModule],
   providers: [
+    moduleConnectionProvider,
     connectionProvider,
-    connectionLogProvider,
     ownsConnectionProvider,
     engineProvider,
     LockService,
@@ -31,7 +31,7 @@ export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicat
     private readonly engine: LockEngine,
     private readonly connection: ZkConnection,
     @Inject(OWNS_CONNECTION) private readonly ownsConnection: boolean,
-    private readonly connectionLog: ConnectionLog,
+    private readonly moduleConnection: ModuleConnection,
     private readonly locks: LockService,
   ) {
     super();
@@ -45,7 +45,7 @@ export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicat
   async onApplicationShutdown(): Promise<void> {
     this.locks.releaseHeldForMinimum();
     await this.engine.shutdown();
-    this.connectionLog.close();
+    this.moduleConnection.close();
     if (this.ownsConnection) await this.connection.close();
   }
 }

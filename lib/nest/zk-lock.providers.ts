@@ -14,37 +14,71 @@ function isExternal(options: ZkLockModuleOptions): options is ZkLockModuleOption
   return 'connection' in options && options.connection !== undefined;
 }
 
-/** Opens (or adopts) the connection during bootstrap; bootstrap fails if it cannot connect. */
-export const connectionProvider: Provider = {
-  provide: ZkConnection,
-  inject: [ZK_LOCK_MODULE_OPTIONS],
-  useFactory: async (options: ZkLockModuleOptions): Promise<ZkConnection> => {
+/**
+ * Opens (or adopts) the module's connection during bootstrap, saying what it does, and logs the
+ * connection's changes through Nest's Logger while the module lives (`close()` stops that).
+ * Bootstrap waits for the first session and fails without it, unless `waitForConnection: false`.
+ */
+export class ModuleConnection {
+  private stopLog: () => void = () => undefined;
+
+  private constructor(readonly connection: ZkConnection) {}
+
+  static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
     validateEngineOptions(options); // every option is checked before we try to connect
+    const { waitForConnection = true } = options;
+    if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
-    await connection.connect();
-    return connection;
-  },
-};
+    const opened = new ModuleConnection(connection);
+    opened.startLog();
+    if (connection.state !== 'connecting') return opened; // a connection passed in, already open
+    const { description } = connection;
+    if (!waitForConnection) {
+      logger.log(`Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); lock calls fail with reason 'connection' until connected`);
+      connection.connectInBackground();
+      return opened;
+    }
+    logger.log(`Connecting to ZooKeeper at ${description} (up to connectTimeoutMs, ${connection.options.connectTimeoutMs} ms)`);
+    try {
+      await connection.connect();
+    } catch (error) {
+      opened.close();
+      throw error;
+    }
+    return opened;
+  }
 
-/** Logs the connection's changes through Nest's Logger while the module lives (see ZkLockModule). */
-export class ConnectionLog {
-  readonly close: () => void;
-  constructor(connection: ZkConnection) {
+  private startLog(): void {
+    const { connection } = this;
     const connected = (id: string) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`);
     const suspended = () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`);
     const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`);
     const lost = (reason: string, id: string) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`);
+    const unreachable = (problems: string[], elapsedMs: number) =>
+      logger.warn(`Still connecting to ZooKeeper after ${(elapsedMs / 1000).toFixed(0)} s, retrying: ${problems.join('; ')}`);
+    // Closed by itself before its first session (auth, chroot): in the background nobody else says so.
+    const closed = () => connection.failure && logger.error(connection.failure.message);
     if (connection.state === 'connected' && connection.sessionId) connected(connection.sessionId);
-    this.close = connection.listen({ connected, suspended, reconnected, lost });
+    this.stopLog = connection.listen({ connected, suspended, reconnected, lost, unreachable, closed });
+  }
+
+  close(): void {
+    this.stopLog();
   }
 }
 
-export const connectionLogProvider: Provider = {
-  provide: ConnectionLog,
-  inject: [ZkConnection],
-  useFactory: (connection: ZkConnection) => new ConnectionLog(connection),
+export const moduleConnectionProvider: Provider = {
+  provide: ModuleConnection,
+  inject: [ZK_LOCK_MODULE_OPTIONS],
+  useFactory: (options: ZkLockModuleOptions) => ModuleConnection.open(options),
+};
+
+export const connectionProvider: Provider = {
+  provide: ZkConnection,
+  inject: [ModuleConnection],
+  useFactory: (opened: ModuleConnection) => opened.connection,
 };
 
 export const ownsConnectionProvider: Provider = {

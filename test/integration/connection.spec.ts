@@ -47,6 +47,42 @@ describe('ZkConnection against a real ZooKeeper', () => {
     expect(connection.state).toBe('closed');
   });
 
+  it('says what each server answered: a host name that does not resolve, a refused port (events from 2 s, and in the error)', async () => {
+    const connection = new ZkConnection({ connectString: 'no-such-zk-host.invalid:2181,127.0.0.1:1', connectTimeoutMs: 4000 });
+    const started = Date.now();
+    const reported = nextEvent(connection, 'unreachable', 10_000);
+    const error = await connection.connect().catch((e: unknown) => e);
+    const [problems] = await reported;
+    expect(problems).toEqual([expect.stringMatching(/^no-such-zk-host\.invalid:2181: host not found \(E[A-Z]+\)$/), '127.0.0.1:1: connection refused']);
+    expect(error).toBeInstanceOf(ZkConnectError);
+    expect((error as Error).message).toContain('no-such-zk-host.invalid:2181: host not found');
+    expect((error as Error).message).toContain('127.0.0.1:1: connection refused');
+    expect(Date.now() - started).toBeLessThan(8000);
+  });
+
+  it('connectInBackground() returns at once, keeps trying past connectTimeoutMs, and connects once the server is there', async () => {
+    const proxy = await TcpProxy.start(zkConnectString());
+    proxy.cut();
+    const connection = new ZkConnection({ connectString: proxy.connectString, connectTimeoutMs: 1000 });
+    try {
+      connection.connectInBackground();
+      expect(connection.state).toBe('connecting');
+      const [problems] = await nextEvent(connection, 'unreachable', 10_000);
+      // The proxy accepts and drops each connection, as a server outside its quorum does.
+      expect(problems).toEqual([`${proxy.connectString}: accepts connections and closes them at once (not serving: outside its quorum?)`]);
+      await new Promise((resolve) => setTimeout(resolve, 1500)); // past connectTimeoutMs: it must not give up
+      expect(connection.state).toBe('connecting');
+      const connected = nextEvent(connection, 'connected', 20_000);
+      proxy.restore();
+      await connected;
+      expect(connection.state).toBe('connected');
+      await expect(connection.connect()).resolves.toBeUndefined();
+    } finally {
+      await connection.close();
+      await proxy.close();
+    }
+  }, 40_000);
+
   it('names a missing chroot, and works inside an existing one', async () => {
     const root = await connect();
     const chroot = uniquePath('chroot');
