@@ -24,9 +24,10 @@ function answerFor(error: LockNotAcquiredError | InvalidLockNameError) {
  * 400 when the request's input cannot name a lock (InvalidLockNameError, e.g. too long).
  * Microservices (`rpc`): an error reply `{ status: 'error', statusCode, error, message,
  * retryAfterSeconds }`, as Nest's RPC filters answer. WebSockets (`ws`): an `exception` event with
- * the same payload, as Nest's WS filter does. Other contexts get the error rethrown. Register with
- * `{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }` or
- * `app.useGlobalFilters(new ZkLockExceptionFilter(app.get(HttpAdapterHost)))`.
+ * the same payload, as Nest's WS filter sends it (socket.io and native `ws`). Other contexts get the
+ * error rethrown. Register with `{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }` or
+ * `app.useGlobalFilters(new ZkLockExceptionFilter(app.get(HttpAdapterHost)))`; Nest applies no
+ * global filter to WebSocket gateways, so a gateway also needs `@UseFilters(ZkLockExceptionFilter)`.
  * @publicApi
  */
 @Catch(LockNotAcquiredError, InvalidLockNameError)
@@ -51,10 +52,21 @@ export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredErr
         // sends nothing and the client waits for its own timeout.
         return throwError(() => ({ status: 'error', ...answer }));
       case 'ws':
-        host.switchToWs().getClient<{ emit(event: string, payload: unknown): void }>().emit('exception', { status: 'error', ...answer });
+        sendWsException(host.switchToWs().getClient(), { status: 'error', ...answer });
         return;
       default:
         throw error;
     }
   }
+}
+
+/**
+ * An `exception` event as Nest's own WS filter sends it: a native `ws` socket (numeric readyState,
+ * `send`) gets an `{ event, data }` frame — its `emit` only fires a local event the client never
+ * sees; socket.io and other emitters get `emit`.
+ */
+function sendWsException(client: unknown, payload: object): void {
+  const socket = client as { readyState?: unknown; send?: (frame: string) => void; emit?: (event: string, data: unknown) => void };
+  if (typeof socket.readyState === 'number' && typeof socket.send === 'function') socket.send(JSON.stringify({ event: 'exception', data: payload }));
+  else socket.emit?.('exception', payload);
 }
