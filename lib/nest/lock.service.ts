@@ -91,14 +91,15 @@ export class LockService {
 
   /** Releases of leases kept for `minHoldMs` after their work finished. */
   private readonly heldForMinimum = new Set<() => void>();
+  private shuttingDown = false;
 
   /**
-   * @internal `@WithLock`'s `minHoldMs`: releases `lease` at `at` (a `Date.now()` time), or now if
-   * that has passed. The application's shutdown releases it sooner (`releaseHeldForMinimum`).
+   * @internal `@WithLock`'s `minHoldMs`: releases `lease` at `at` (a `performance.now()` time), or
+   * now if that has passed or the application is shutting down (`releaseHeldForMinimum`).
    */
   releaseAt(lease: Lease, at: number): void {
-    const remaining = at - Date.now();
-    if (remaining <= 0) return void lease.release();
+    const remaining = at - performance.now();
+    if (remaining <= 0 || this.shuttingDown) return void lease.release();
     const release = () => {
       clearTimeout(timer);
       this.heldForMinimum.delete(release);
@@ -110,9 +111,10 @@ export class LockService {
 
   /**
    * @internal At shutdown: the work under these locks has finished, so they go now instead of
-   * keeping the shutdown waiting for its grace time.
+   * keeping the shutdown waiting for its grace time, and so do those of calls that finish later.
    */
   releaseHeldForMinimum(): void {
+    this.shuttingDown = true;
     for (const release of [...this.heldForMinimum]) release();
   }
 }

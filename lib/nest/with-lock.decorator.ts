@@ -118,8 +118,9 @@ export type KeyFitsMethod<K, T extends (...args: any[]) => unknown> = K extends 
 
 /** One invocation of a decorated method. */
 class LockedCall {
-  private readonly started = Date.now();
-  /** When the lock may go at the earliest: `minHoldMs` after the start (a job's default: its schedule). */
+  /** On the monotonic clock: a wall-clock step must not stretch a hold. */
+  private readonly started = performance.now();
+  /** When the lock may go at the earliest (performance.now()): `minHoldMs` after the start. */
   private readonly holdUntil: number;
 
   constructor(
@@ -132,7 +133,10 @@ class LockedCall {
     private readonly label: string,
     private readonly wrapper: Function,
   ) {
-    this.holdUntil = this.started + (options.minHoldMs ?? defaultJobHoldMs(wrapper, label));
+    // A job that tries once gets a hold from its schedule, so a late instance skips the tick; one
+    // that waits (waitMs) asks to run on every instance in turn, so its hold would only delay them.
+    const triesOnce = (options.waitMs ?? service.defaultWaitMs) === 0;
+    this.holdUntil = this.started + (options.minHoldMs ?? (triesOnce ? defaultJobHoldMs(wrapper, label) : 0));
   }
 
   async asPromise(): Promise<unknown> {

@@ -3,12 +3,12 @@ import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Injectable, Module } from '@nestjs/common';
+import { Injectable, Module, type INestApplication, type LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { Cron, ScheduleModule } from '@nestjs/schedule';
+import { Cron, Interval, ScheduleModule } from '@nestjs/schedule';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { childrenOf, closeAll, connect, zkConnectString } from '../support/helpers.js';
+import { childrenOf, closeAll, connect, eventually, zkConnectString } from '../support/helpers.js';
 
 afterAll(closeAll);
 
@@ -138,6 +138,86 @@ describe("a job's default hold at shutdown", () => {
     expect(Date.now() - closing).toBeLessThan(5000);
     expect(await childrenOf(observer, path)).toHaveLength(0);
   }, 60_000);
+});
+
+describe("a job's hold, from the reviewer's interleavings", () => {
+  const apps: INestApplication[] = [];
+  afterEach(async () => {
+    await Promise.all(apps.splice(0).map((app) => app.close()));
+  });
+
+  async function start<T>(job: new () => T, options: { shutdownGraceMs?: number } = {}, logger: LoggerService | false = false): Promise<{ app: INestApplication; job: T }> {
+    @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString(), ...options })], providers: [job] })
+    class AppModule {}
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    moduleRef.useLogger(logger);
+    const app = await moduleRef.createNestApplication().init();
+    apps.push(app);
+    return { app, job: app.get(job) };
+  }
+
+  it('a job still running when the app closes lets its lock go when it ends (no wait for shutdownGraceMs)', async () => {
+    let entered!: () => void;
+    const inside = new Promise<void>((resolve) => (entered = resolve));
+    @Injectable()
+    class Slow {
+      @WithLock(`hold-shutdown-${process.pid}`)
+      @Interval(30_000)
+      async run() {
+        entered();
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+    }
+    const warnings: string[] = [];
+    const logger: LoggerService = { log: () => undefined, error: () => undefined, warn: (m: unknown) => void warnings.push(String(m)) };
+    const { app, job } = await start(Slow, { shutdownGraceMs: 3000 }, logger);
+    const running = job.run();
+    await inside;
+    const closing = performance.now();
+    await app.close();
+    apps.splice(apps.indexOf(app), 1);
+    await running;
+    expect(performance.now() - closing).toBeLessThan(2000);
+    expect(warnings.filter((w) => w.includes('still held'))).toEqual([]);
+  });
+
+  it('a job that waits for the lock (waitMs) keeps no hold: every instance runs it in turn, at once', async () => {
+    const ran: number[] = [];
+    @Injectable()
+    class Queued {
+      @WithLock(`hold-wait-${process.pid}`, { waitMs: 10_000 })
+      @Cron('0 0 * * * *')
+      async run() {
+        ran.push(performance.now());
+      }
+    }
+    const instances = await Promise.all([start(Queued), start(Queued), start(Queued)]);
+    const started = performance.now();
+    await Promise.all(instances.map(({ job }) => job.run()));
+    expect(ran).toHaveLength(3);
+    expect(Math.max(...ran) - started).toBeLessThan(5000); // not after the hourly job's 60 s hold
+  });
+
+  it('a wall-clock step back during the job does not stretch its hold', async () => {
+    const lockName = `hold-clock-${process.pid}`;
+    const realNow = Date.now;
+    @Injectable()
+    class Stepped {
+      @WithLock(lockName, { minHoldMs: 500 })
+      @Cron('0 0 * * * *')
+      async run() {
+        Date.now = () => realNow() - 3_600_000; // NTP steps the clock back an hour mid-run
+      }
+    }
+    const { job } = await start(Stepped);
+    try {
+      await job.run();
+    } finally {
+      Date.now = realNow;
+    }
+    const observer = await connect();
+    await eventually(async () => (await childrenOf(observer, `/locks/${lockName}`)).length === 0, 5000);
+  });
 });
 
 describe('the same jobs without @WithLock (control: the test above can fail)', () => {
