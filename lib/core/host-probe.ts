@@ -30,15 +30,16 @@ async function probe(hostPort: string): Promise<string> {
   }
   return new Promise((resolve) => {
     const socket = connect({ host: address, port });
+    socket.unref(); // a probe never keeps the process alive
     const done = (outcome: string) => {
       clearTimeout(timer);
       socket.destroy();
       resolve(outcome);
     };
-    let timer = setTimeout(() => done(`no answer within ${PROBE_TIMEOUT_MS / 1000} s`), PROBE_TIMEOUT_MS);
+    let timer = setTimeout(() => done(`no answer within ${PROBE_TIMEOUT_MS / 1000} s`), PROBE_TIMEOUT_MS).unref();
     socket.once('connect', () => {
       clearTimeout(timer);
-      timer = setTimeout(() => done('accepts connections, but no session came up (is it ZooKeeper?)'), CLOSE_WATCH_MS);
+      timer = setTimeout(() => done('accepts connections, but no session came up (is it ZooKeeper?)'), CLOSE_WATCH_MS).unref();
       socket.once('close', () => done('accepts connections and closes them at once (not serving: outside its quorum?)'));
     });
     socket.once('error', (error: NodeJS.ErrnoException) =>
@@ -53,7 +54,7 @@ function withTimeout<T>(promise: Promise<T>, message: string): Promise<T> {
   return Promise.race([
     promise,
     new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(message)), PROBE_TIMEOUT_MS);
+      timer = setTimeout(() => reject(new Error(message)), PROBE_TIMEOUT_MS).unref();
     }),
   ]).finally(() => clearTimeout(timer));
 }

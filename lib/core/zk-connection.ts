@@ -27,7 +27,7 @@ export interface ConnectionEvents {
   closed: [];
   /**
    * The first session is not connected yet: what each server said to a look-up and TCP connect
-   * (the C client retries silently). From 2 s after the start, then every 10 s.
+   * (the C client retries silently). From 2 s after the start (sooner with a short connectTimeoutMs), then every 10 s.
    */
   unreachable: [problems: string[], elapsedMs: number];
 }
@@ -144,7 +144,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    */
   connectInBackground(): void {
     if (this.firstConnect) return;
-    this.start();
+    this.start(FIRST_PROBE_MS);
     this.firstConnect = this.whenConnected().then(() => undefined);
     this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
   }
@@ -154,14 +154,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     return this.failed;
   }
 
-  private start(): void {
+  private start(firstProbeMs: number): void {
     this.watchdog = setInterval(() => this.checkNativeState(), WATCHDOG_INTERVAL_MS).unref();
     this.openSession();
-    this.probeUntilConnected();
+    this.probeUntilConnected(firstProbeMs);
   }
 
   /** Probes the servers while the first session is not connected, and says what they answered. */
-  private probeUntilConnected(): void {
+  private probeUntilConnected(firstProbeMs: number): void {
     const started = performance.now();
     const round = async () => {
       if (this.currentState !== 'connecting') return;
@@ -171,7 +171,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       this.emit('unreachable', problems, Math.round(performance.now() - started));
       this.probeTimer = setTimeout(round, PROBE_EVERY_MS).unref();
     };
-    this.probeTimer = setTimeout(round, FIRST_PROBE_MS).unref();
+    this.probeTimer = setTimeout(round, firstProbeMs).unref();
   }
   private probeTimer: NodeJS.Timeout | undefined;
   private lastProbe: string[] | undefined;
@@ -214,15 +214,17 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private async openFirstSession(): Promise<void> {
     const { connectTimeoutMs } = this.options;
-    this.start();
+    // Soon enough that a short connectTimeoutMs still fails with the answers (a probe takes ≤ 1.3 s).
+    this.start(Math.min(FIRST_PROBE_MS, Math.max(0, connectTimeoutMs - 1500)));
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
         this.whenConnected(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(async () => {
-            const problems = this.lastProbe ?? (await probeHosts(this.options.hosts));
-            reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms): ${problems.join('; ')}`));
+          timer = setTimeout(() => {
+            // What the servers answered to the last probe, if one finished in time (never waits for one).
+            const problems = this.lastProbe ? `: ${this.lastProbe.join('; ')}` : '';
+            reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
           }, connectTimeoutMs);
         }),
       ]);

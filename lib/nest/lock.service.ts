@@ -9,7 +9,7 @@ import type { Lockable } from '../core/lock-recipe.js';
 import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
 import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
 import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
-import { inspectLock, inspectLocks, type InspectLockOptions, type LockInfo } from '../core/inspect.js';
+import { inspectLock, inspectLocks, type InspectLockOptions, type InspectLocksOptions, type LockInfo } from '../core/inspect.js';
 
 /**
  * Distributed locks for the application, over the module's ZooKeeper session. Names map to
@@ -68,11 +68,12 @@ export class LockService {
    * `name`, that lock (null when its node does not exist, i.e. nobody uses it); without a name,
    * every lock under the base path.
    */
-  inspect(): Promise<LockInfo[]>;
+  inspect(options?: InspectLocksOptions): Promise<LockInfo[]>;
   inspect(name: string, options?: InspectLockOptions): Promise<LockInfo | null>;
-  inspect(name?: string, options?: InspectLockOptions): Promise<LockInfo[] | LockInfo | null> {
-    if (name === undefined) return inspectLocks(this.connection, this.engine.basePath);
-    return inspectLock(this.connection, this.pathOf(name), options);
+  inspect(nameOrOptions?: string | InspectLocksOptions, options?: InspectLockOptions): Promise<LockInfo[] | LockInfo | null> {
+    // Both wait for a connection: pass a signal (e.g. AbortSignal.timeout(2000)) to bound that.
+    if (typeof nameOrOptions !== 'string') return inspectLocks(this.connection, this.engine.basePath, nameOrOptions);
+    return inspectLock(this.connection, this.pathOf(nameOrOptions), options);
   }
 
   /** Parent of relative lock names (`basePath` option). */

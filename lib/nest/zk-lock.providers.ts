@@ -1,5 +1,5 @@
 import { Logger, type Provider } from '@nestjs/common';
-import { InvalidOptionError } from '../core/errors.js';
+import { InvalidOptionError, ZkConnectError } from '../core/errors.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
@@ -31,18 +31,21 @@ export class ModuleConnection {
     if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
+    if (connection.state === 'closed') throw new InvalidOptionError('connection', 'is closed');
     const opened = new ModuleConnection(connection);
-    opened.startLog();
+    opened.startLog(!waitForConnection);
     if (connection.state !== 'connecting') return opened; // a connection passed in, already open
     const { description } = connection;
+    const { connectTimeoutMs } = connection.options;
     if (!waitForConnection) {
       logger.log(`Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); lock calls fail with reason 'connection' until connected`);
       connection.connectInBackground();
       return opened;
     }
-    logger.log(`Connecting to ZooKeeper at ${description} (up to connectTimeoutMs, ${connection.options.connectTimeoutMs} ms)`);
+    logger.log(`Connecting to ZooKeeper at ${description} (up to connectTimeoutMs, ${connectTimeoutMs} ms)`);
     try {
-      await connection.connect();
+      // Ours fails after connectTimeoutMs; one passed in may already be connecting with no deadline.
+      await Promise.race([connection.connect(), rejectAfter(connectTimeoutMs, () => new ZkConnectError(description, 'unreachable', `no session within connectTimeoutMs (${connectTimeoutMs} ms)`))]);
     } catch (error) {
       opened.close();
       throw error;
@@ -50,7 +53,8 @@ export class ModuleConnection {
     return opened;
   }
 
-  private startLog(): void {
+  /** `inBackground`: nobody awaits the first connect, so a failure that closes it is logged here. */
+  private startLog(inBackground: boolean): void {
     const { connection } = this;
     const connected = (id: string) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`);
     const suspended = () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`);
@@ -59,7 +63,7 @@ export class ModuleConnection {
     const unreachable = (problems: string[], elapsedMs: number) =>
       logger.warn(`Still connecting to ZooKeeper after ${(elapsedMs / 1000).toFixed(0)} s, retrying: ${problems.join('; ')}`);
     // Closed by itself before its first session (auth, chroot): in the background nobody else says so.
-    const closed = () => connection.failure && logger.error(connection.failure.message);
+    const closed = () => inBackground && connection.failure && logger.error(`${connection.failure.message}; lock calls fail until the application restarts`);
     if (connection.state === 'connected' && connection.sessionId) connected(connection.sessionId);
     this.stopLog = connection.listen({ connected, suspended, reconnected, lost, unreachable, closed });
   }
@@ -67,6 +71,10 @@ export class ModuleConnection {
   close(): void {
     this.stopLog();
   }
+}
+
+function rejectAfter(ms: number, error: () => Error): Promise<never> {
+  return new Promise((_, reject) => setTimeout(() => reject(error()), ms).unref());
 }
 
 export const moduleConnectionProvider: Provider = {

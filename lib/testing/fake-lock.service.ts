@@ -12,7 +12,7 @@ import {
   type LockLostReason,
   type NotAcquiredReason,
 } from '../core/errors.js';
-import type { ContenderInfo, ContenderMode, InspectLockOptions, LockInfo } from '../core/inspect.js';
+import type { ContenderInfo, ContenderMode, InspectLockOptions, InspectLocksOptions, LockInfo } from '../core/inspect.js';
 import type { Lease } from '../core/lease.js';
 import { LockContext } from '../core/lock-context.js';
 import type { LockEngine } from '../core/lock-engine.js';
@@ -299,11 +299,11 @@ export class FakeLockService extends LockService implements OnApplicationShutdow
   }
 
   /** The in-memory state, in the shape of `LockService.inspect` (holder data of the fakes). */
-  override inspect(): Promise<LockInfo[]>;
+  override inspect(options?: InspectLocksOptions): Promise<LockInfo[]>;
   override inspect(name: string, options?: InspectLockOptions): Promise<LockInfo | null>;
-  override async inspect(name?: string, options: InspectLockOptions = {}): Promise<LockInfo[] | LockInfo | null> {
+  override async inspect(name?: string | InspectLocksOptions, options: InspectLockOptions = {}): Promise<LockInfo[] | LockInfo | null> {
     const now = Date.now();
-    if (name !== undefined) {
+    if (typeof name === 'string') {
       const path = this.pathOf(name);
       return this.describe(path, now, options.permits);
     }

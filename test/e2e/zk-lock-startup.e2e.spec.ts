@@ -4,6 +4,7 @@ import { Cron } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { ZkConnectError } from '../../lib/core/errors.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
@@ -92,6 +93,11 @@ describe('ZkLockModule at startup', () => {
       expect(job.runs).toBe(0);
       expect(lines).toContainEqual(expect.stringMatching(/^warn NightlyJob\.run: ZooKeeper is unavailable .*; skipped this run$/));
 
+      // inspect() waits for a connection; a signal bounds that.
+      const locks = app.get(LockService);
+      await expect(locks.inspect({ signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
+      await expect(locks.inspect('startup-seat', { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
+
       // Past connectTimeoutMs it still tries, and says why it cannot connect.
       await eventually(() => lines.some((l) => l.startsWith('warn Still connecting to ZooKeeper after')), 15_000);
       proxy.restore();
@@ -103,6 +109,21 @@ describe('ZkLockModule at startup', () => {
       await job.run();
       expect(job.runs).toBe(1);
     }, 60_000);
+  });
+
+  it('gives a connection passed in that is still connecting (in the background) connectTimeoutMs, and refuses a closed one', async () => {
+    const { logger } = capturingLogger();
+    const connecting = new ZkConnection({ connectString: '127.0.0.1:1', connectTimeoutMs: 1000 });
+    connecting.connectInBackground();
+    try {
+      const started = Date.now();
+      const error = await httpApp({ connection: connecting }, logger).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(ZkConnectError);
+      expect(Date.now() - started).toBeLessThan(5000);
+    } finally {
+      await connecting.close();
+    }
+    await expect(httpApp({ connection: connecting }, logger)).rejects.toMatchObject({ name: 'InvalidOptionError', option: 'connection' });
   });
 
   it('rejects a waitForConnection that is not a boolean before connecting', async () => {
