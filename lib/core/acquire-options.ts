@@ -1,6 +1,13 @@
 import { InvalidOptionError } from './errors.js';
 import { describe } from './connection-options.js';
 
+export interface AcquireOptions {
+  /** How long to wait: undefined waits until acquired, 0 tries once. */
+  waitMs?: number;
+  /** Abort to give up waiting. */
+  signal?: AbortSignal;
+}
+
 /** Checks what untyped callers may pass to acquire(): waitMs and signal. */
 export function validateAcquireOptions(options: unknown): void {
   if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');

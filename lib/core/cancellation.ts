@@ -1,6 +1,6 @@
 import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
-import type { AcquireOptions } from './lock-queue.js';
+import type { AcquireOptions } from './acquire-options.js';
 
 /** Why an acquire stopped waiting. */
 export interface Cancel {

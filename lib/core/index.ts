@@ -6,7 +6,7 @@ export { ZkConnection, type ConnectionState, type ConnectionEvents, type Session
 export { type ZkConnectionOptions, type ZkAuth, CONNECTION_DEFAULTS } from './connection-options.js';
 export { LockEngine, SECURE_PARENT_ACL, type LockEngineOptions } from './lock-engine.js';
 export { resolveLockPath, validateZkPath, sortChildren, sortKey } from './lock-path.js';
-export { type AcquireOptions } from './lock-queue.js';
+export { type AcquireOptions } from './acquire-options.js';
 export { type Lease } from './lease.js';
 export { type Lockable, LockRecipe } from './lock-recipe.js';
 export { Mutex, type MutexOptions } from './mutex.js';

@@ -4,7 +4,8 @@ import { LockNotAcquiredError, type LockLostReason } from './errors.js';
 import { HeldLease, NodeLease, type Lease, type LeaseOptions } from './lease.js';
 import type { LockEngine } from './lock-engine.js';
 import { MAX_LOCAL_HANDOFFS } from './lock-engine.js';
-import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
+import type { AcquireOptions } from './acquire-options.js';
+import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 
 interface LocalWaiter {
   name: string;

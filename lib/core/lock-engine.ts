@@ -74,16 +74,16 @@ export interface SessionBound {
   loseAndFree(reason: 'shutdown'): Promise<void>;
 }
 
-/**
- * Shared machinery under every recipe on one connection: container parents, guaranteed deletes,
- * the registry of live leases (told when their session goes) and background clean-ups (awaited on close).
- * @publicApi
- */
 let engines = 0;
 
 /** One warning per process about an unpatched addon. */
 let addonWarned = false;
 
+/**
+ * Shared machinery under every recipe on one connection: container parents, guaranteed deletes,
+ * the registry of live leases (told when their session goes) and background clean-ups (awaited on close).
+ * @publicApi
+ */
 export class LockEngine {
   readonly basePath: string;
   /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */

@@ -1,3 +1,4 @@
+import type { AcquireOptions } from './acquire-options.js';
 import { Cancellation } from './cancellation.js';
 import { DeletionWatch } from './deletion-watch.js';
 import { ConnectionClosedError } from './errors.js';
@@ -57,13 +58,6 @@ export interface QueueOptions extends AcquireOptions {
   session?: ZkSession;
   /** Receives a function that gives the acquire up (like an abort; cheaper than an AbortSignal). */
   onCancellable?: (cancel: () => void) => void;
-}
-
-export interface AcquireOptions {
-  /** How long to wait: undefined waits until acquired, 0 tries once. */
-  waitMs?: number;
-  /** Abort to give up waiting. */
-  signal?: AbortSignal;
 }
 
 /** A node that holds its place at the head of a queue. */

@@ -3,11 +3,10 @@ import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from '
 import { parentOf, validateZkPath } from './lock-path.js';
 import { describe } from './connection-options.js';
 import { LockChannels, publish } from './diagnostics.js';
-import { validateAcquireOptions } from './acquire-options.js';
+import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
 import { notAcquiredError } from './cancellation.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
-import type { AcquireOptions } from './lock-queue.js';
 import type { Lease } from './lease.js';
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */

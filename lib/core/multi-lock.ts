@@ -1,7 +1,6 @@
 import { LockUsageError } from './errors.js';
-import { validateAcquireOptions } from './acquire-options.js';
+import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
 import { describe } from './connection-options.js';
-import type { AcquireOptions } from './lock-queue.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
 import { LeaseGroup, releaseAll } from './multi-lease.js';

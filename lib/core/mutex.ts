@@ -1,11 +1,10 @@
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
 import { LocalQueue } from './local-queue.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from './lock-engine.js';
-import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
+import type { AcquireOptions } from './acquire-options.js';
+import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
-
-export { type Lockable } from './lock-recipe.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */

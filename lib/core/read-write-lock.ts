@@ -2,7 +2,8 @@ import { optionalPositiveInteger } from './connection-options.js';
 import { LockUsageError } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
-import { acquireInQueue, type AcquireOptions, type QueueSpec } from './lock-queue.js';
+import type { AcquireOptions } from './acquire-options.js';
+import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 

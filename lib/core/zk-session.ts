@@ -57,27 +57,15 @@ interface NativeZooKeeper extends NativeOps {
 }
 interface NativeOps {
   a_create(path: string, data: Buffer, flags: number, cb: (rc: number, err: string, path: string) => void): number;
-  a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: RawStat) => void): number;
-  a_get(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat, data: Buffer | null) => void): number;
-  a_exists(path: string, watch: boolean, cb: (rc: number, err: string, stat: RawStat) => void): number;
-  a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: RawStat) => void): number;
+  a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: ZkStat) => void): number;
+  a_get(path: string, watch: boolean, cb: (rc: number, err: string, stat: ZkStat, data: Buffer | null) => void): number;
+  a_exists(path: string, watch: boolean, cb: (rc: number, err: string, stat: ZkStat) => void): number;
+  a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: ZkStat) => void): number;
   a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
   a_sync(path: string, cb: (rc: number, err: string) => void): number;
   a_set_acl(path: string, version: number, acl: { perm: number; scheme: string; auth: string }[], cb: (rc: number, err: string) => void): number;
-  a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: RawStat) => void): number;
+  a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: ZkStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
-}
-interface RawStat {
-  czxid: number;
-  mzxid: number;
-  pzxid: number;
-  version: number;
-  cversion: number;
-  numChildren: number;
-  dataLength: number;
-  ephemeralOwner: string;
-  ctime: Date;
-  mtime: Date;
 }
 
 /** A node's stat; `ephemeralOwner` is the owning session id in hex ("0" for persistent nodes). */

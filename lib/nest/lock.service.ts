@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import type { AcquireOptions } from '../core/lock-queue.js';
+import type { AcquireOptions } from '../core/acquire-options.js';
 import type { Lease } from '../core/lease.js';
 import { LockEngine } from '../core/lock-engine.js';
 import { resolveLockPath } from '../core/lock-path.js';

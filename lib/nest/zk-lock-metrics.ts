@@ -23,8 +23,6 @@ export interface ZkLockMetricsHandle extends Disposable {
   (): void;
 }
 
-/** Suffix of the semaphore's internal lock's name; its acquisitions are part of the semaphore's. */
-const INTERNAL_SUFFIX = ' (semaphore lock)';
 const SEMAPHORE_LEASE = /\/leases\/[^/]*lease-\d{10}$/;
 const STATES: readonly ConnectionState[] = ['connecting', 'connected', 'suspended', 'lost', 'closed'];
 
@@ -142,14 +140,12 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     }
     return { path: parent, semaphore: false };
   };
-  const internal = (message: { name?: unknown }) => typeof message.name === 'string' && message.name.endsWith(INTERNAL_SUFFIX);
 
   const handlers: [diagnostics_channel.Channel, (message: unknown) => void][] = [
     [
       LockChannels.acquireStart,
       (m) => {
         const message = m as AcquireMessage;
-        if (internal(message)) return;
         bump(acquiring, message.path, message.kind);
         waiting.add(1, attributes(message.kind, message.path));
       },
@@ -158,7 +154,6 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
       LockChannels.acquired,
       (m) => {
         const message = m as AcquireMessage;
-        if (internal(message)) return;
         endAcquire(message, 'acquired');
         bump(holds, message.path, message.kind);
         held.add(1, attributes(message.kind, message.path));
@@ -168,15 +163,13 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
       LockChannels.notAcquired,
       (m) => {
         const message = m as AcquireMessage;
-        if (internal(message)) return;
         endAcquire(message, message.reason ?? 'error');
       },
     ],
     [
       LockChannels.contended,
       (m) => {
-        const message = m as { name: string; path: string };
-        if (internal(message)) return;
+        const message = m as { path: string };
         contended.add(1, attributes(undefined, message.path));
       },
     ],
@@ -209,7 +202,6 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
   }
 
   function endHold(message: EndMessage, outcome: 'released' | 'lost'): void {
-    if (internal(message)) return;
     const fromNode = lockOf(message.path);
     const path = message.lockPath ?? fromNode.path;
     const semaphore = message.kind === 'semaphore' || fromNode.semaphore;

@@ -18,7 +18,7 @@ import { LockContext } from '../core/lock-context.js';
 import type { LockEngine } from '../core/lock-engine.js';
 import type { ConnectionState, ZkConnection } from '../core/zk-connection.js';
 import { validateEngineOptions } from '../core/lock-engine.js';
-import type { AcquireOptions } from '../core/lock-queue.js';
+import type { AcquireOptions } from '../core/acquire-options.js';
 import { notAcquiredError } from '../core/cancellation.js';
 import { LockRecipe } from '../core/lock-recipe.js';
 import { LeaseGroup, releaseAll } from '../core/multi-lease.js';

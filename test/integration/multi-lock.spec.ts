@@ -8,7 +8,7 @@ import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
 import type { Lockable } from '../../lib/core/lock-recipe.js';
-import type { AcquireOptions } from '../../lib/core/lock-queue.js';
+import type { AcquireOptions } from '../../lib/core/acquire-options.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { LeaseGroup } from '../../lib/core/multi-lease.js';
 import { LockContext } from '../../lib/core/lock-context.js';
