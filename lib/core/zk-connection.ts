@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { ConnectionClosedError, ZkConnectError } from './errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
-import { ZkSession } from './zk-session.js';
+import { nativeSessionFactory, type ZkSession, type ZkSessionFactory } from './zk-session.js';
 import { ZkCode } from './zk-error.js';
 import { LockChannels, publish } from './diagnostics.js';
 import { probeHosts } from './host-probe.js';
@@ -73,7 +73,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private generation = 0;
   private firstConnect: Promise<void> | undefined;
 
-  constructor(options: ZkConnectionOptions) {
+  /**
+   * `openWith` opens each session: the C client by default; `nestjs-zk-lock/testing` passes its
+   * in-memory ZooKeeper's.
+   */
+  constructor(
+    options: ZkConnectionOptions,
+    private readonly openWith: ZkSessionFactory = nativeSessionFactory,
+  ) {
     super();
     this.options = resolveConnectionOptions(options);
     // Lock recipes add one listener per held lease; do not warn about "leaks" at 11.
@@ -248,7 +255,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const { connectString, chroot, sessionTimeoutMs } = this.options;
     const isCurrent = () => generation === this.generation && this.currentState !== 'closed';
     let everConnected = false;
-    const session: ZkSession = new ZkSession(
+    const session: ZkSession = this.openWith(
       { connectString: connectString + (chroot ?? ''), sessionTimeoutMs },
       {
         onConnected: () => {

@@ -126,10 +126,49 @@ export interface SessionInit {
 }
 
 /**
- * One ZooKeeper session over one native handle, as a small promise API. A session never outlives
- * its handle: after expiry the owner opens a new ZkSession.
+ * One ZooKeeper session as a small promise API: what the connection and the recipes use. A session
+ * never outlives its handle: after expiry the owner opens a new one. `NativeZkSession` is the real
+ * one (the C client); `nestjs-zk-lock/testing` has an in-memory one.
  */
-export class ZkSession {
+export interface ZkSession {
+  /** Session id in hex, as ZooKeeper tools print it ("0" until the first connect). */
+  readonly id: string;
+  readonly password: string;
+  /** The session timeout the server granted (the requested one until connected). */
+  readonly timeoutMs: number;
+  /** Whether the client's own state is connected (polled by the connection's watchdog). */
+  readonly isConnectedNatively: boolean;
+  readonly isClosed: boolean;
+  /**
+   * A lower bound (performance.now()) of when the server last heard from us: the send time of the
+   * newest request it answered (see NativeZkSession).
+   */
+  readonly lastAnsweredSentAt: number;
+  close(): void;
+  create(path: string, data: Buffer, mode: CreateMode): Promise<string>;
+  getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }>;
+  getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }>;
+  /** Resolves null when the node does not exist (the watch then fires on its creation). */
+  exists(path: string, watch?: WatchListener): Promise<ZkStat | null>;
+  setData(path: string, data: Buffer, version?: number): Promise<ZkStat>;
+  delete(path: string, version?: number): Promise<void>;
+  sync(path: string): Promise<void>;
+  setAcl(path: string, acl: readonly ZkAcl[], version?: number): Promise<void>;
+  getAcl(path: string): Promise<ZkAcl[]>;
+  addAuth(scheme: string, credentials: string): Promise<void>;
+  /** Forgets `listener` (its waiter stopped waiting); a watch left armed on the server fires to nobody. */
+  unwatch(path: string, listener: WatchListener): void;
+  /** How long the oldest request still waiting for its answer has waited (0 if none). */
+  unansweredForMs(): number;
+}
+
+/** Opens a session: `events` are called as it connects, disconnects and closes. */
+export type ZkSessionFactory = (init: SessionInit, events: SessionEvents) => ZkSession;
+
+export const nativeSessionFactory: ZkSessionFactory = (init, events) => new NativeZkSession(init, events);
+
+/** One ZooKeeper session over one native handle of the `zookeeper` addon (the C client). */
+export class NativeZkSession implements ZkSession {
   private readonly native: NativeZooKeeper;
   /** Requests go straight to the addon (see NativeOps). */
   private readonly ops: NativeOps;

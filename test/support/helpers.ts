@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.js';
 import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
 import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import { ZkSession } from '../../lib/core/zk-session.js';
+import { NativeZkSession, type ZkSession } from '../../lib/core/zk-session.js';
 
 /** The ZooKeeper the Jest global setup started (or ZK_CONNECT from the environment). */
 export function zkConnectString(): string {
@@ -65,7 +65,7 @@ export async function eventually(probe: () => Promise<boolean> | boolean, timeou
 export async function killSession(sessionId: string, password: string): Promise<void> {
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('killSession: could not attach to the session')), 20_000);
-    const session: ZkSession = new ZkSession(
+    const session: ZkSession = new NativeZkSession(
       { connectString: zkConnectString(), sessionTimeoutMs: 4000, sessionId, sessionPassword: password },
       {
         onConnected: () => {
