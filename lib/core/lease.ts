@@ -178,7 +178,7 @@ export class NodeLease extends HeldLease implements SessionBound {
 
   protected armSignal(): Promise<boolean> {
     const { session, path } = this.entry;
-    this.deletionWatch = new DeletionWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.sessionUsable(s));
+    this.deletionWatch = new DeletionWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s));
     return this.deletionWatch.ready;
   }
 
@@ -203,7 +203,7 @@ export class NodeLease extends HeldLease implements SessionBound {
    * since the holder's work is done and nothing it could do would help.
    */
   protected free(): Promise<void> {
-    const work = this.engine.deleteGuaranteed(this.entry.session, this.entry.path).catch((error: unknown) => {
+    const work = this.engine.ops.deleteGuaranteed(this.entry.session, this.entry.path).catch((error: unknown) => {
       this.engine.warn(
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
           `the lock stays taken until this session ends`,

@@ -119,7 +119,7 @@ export class LocalQueue {
       (entry) => {
         if (this.acquiring !== acquiring) {
           // Given up, but the node held before the cancel got through: let it go.
-          this.engine.background(this.engine.deleteGuaranteed(entry.session, entry.path));
+          this.engine.background(this.engine.ops.deleteGuaranteed(entry.session, entry.path));
           return;
         }
         this.acquiring = undefined;

@@ -1,10 +1,10 @@
 import { ConnectionClosedError, InvalidOptionError } from './errors.js';
 import { positiveInteger } from './connection-options.js';
 import { holderDataWriter, type HolderIdentity } from './holder-data.js';
-import { ancestorsOf, HANDOFF_BITS, validateZkPath } from './lock-path.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import { HANDOFF_BITS, validateZkPath } from './lock-path.js';
+import { ZkOperations } from './zk-operations.js';
 import type { ZkConnection, SessionLostReason } from './zk-connection.js';
-import { ADDON_FIX_VERSION, addonFixVersion, CreateMode, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
+import { ADDON_FIX_VERSION, addonFixVersion, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
 
 export interface LockEngineOptions extends HolderIdentity {
   /** Parent of lock names that do not start with "/". Default `/locks`. */
@@ -80,14 +80,17 @@ let engines = 0;
 let addonWarned = false;
 
 /**
- * Shared machinery under every recipe on one connection: container parents, guaranteed deletes,
- * the registry of live leases (told when their session goes) and background clean-ups (awaited on close).
+ * Shared machinery under every recipe on one connection: the ZooKeeper operations (`ops`), the
+ * registry of live leases (told when their session goes), in-process queues, background clean-ups
+ * (awaited on close) and shutdown.
  * @publicApi
  */
 export class LockEngine {
   readonly basePath: string;
   /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
   readonly id = ++engines;
+  /** How the recipes ask ZooKeeper: protected creates, guaranteed deletes, container parents. */
+  readonly ops: ZkOperations;
   private readonly bound = new Set<SessionBound>();
   private readonly cleanups = new Set<Promise<unknown>>();
 
@@ -96,6 +99,7 @@ export class LockEngine {
     private readonly identity: LockEngineOptions = {},
   ) {
     this.basePath = validateEngineOptions(identity);
+    this.ops = new ZkOperations(connection, identity.parentAcl);
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     // After the caller's synchronous setup, so that its onWarning listener hears it.
     queueMicrotask(() => this.warnIfAddonUnfixed());
@@ -279,85 +283,6 @@ export class LockEngine {
     const listeners = [...this.stopListeners];
     this.stopListeners.clear();
     for (const listener of listeners) listener(error);
-  }
-
-  /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
-  async ensureContainers(session: ZkSession, path: string): Promise<void> {
-    const paths = [...ancestorsOf(path), path];
-    // ZooKeeper answers a session's requests in order, so all creates go out at once.
-    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER)));
-    for (const result of results) {
-      if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
-    }
-    // The binding creates with an open ACL; restrict the nodes we made (only those: never an
-    // existing node's ACL) right behind their creation.
-    const acl = this.identity.parentAcl;
-    if (acl && acl.length > 0) {
-      const made = paths.filter((_, i) => results[i]!.status === 'fulfilled');
-      await Promise.all(made.map((p) => session.setAcl(p, acl).catch((e) => (isZkCode(e, ZkCode.NONODE) ? undefined : Promise.reject(e)))));
-    }
-  }
-
-  /**
-   * Deletes a node of ours, retrying through disconnections until it is gone or its session is
-   * (an ephemeral node dies with its session). NONODE counts as done.
-   */
-  async deleteGuaranteed(session: ZkSession, path: string): Promise<void> {
-    for (;;) {
-      if (session.isClosed || this.connection.session !== session) return;
-      try {
-        await session.delete(path);
-        return;
-      } catch (error) {
-        if (isZkCode(error, ZkCode.NONODE)) return;
-        if (!(error instanceof ZkError) || !error.isConnectionError) {
-          if (error instanceof ZkError && error.isSessionGone) return;
-          throw error;
-        }
-      }
-      await this.sessionUsable(session);
-    }
-  }
-
-  /** Deletes the node whose name starts with `prefix` under `parent`, if it exists (lost create reply). */
-  async deleteByPrefix(session: ZkSession, parent: string, prefix: string): Promise<void> {
-    for (;;) {
-      if (session.isClosed || this.connection.session !== session) return;
-      try {
-        const { children } = await session.getChildren(parent);
-        const ours = children.find((c) => c.startsWith(prefix));
-        if (ours) await this.deleteGuaranteed(session, `${parent}/${ours}`);
-        return;
-      } catch (error) {
-        if (isZkCode(error, ZkCode.NONODE)) return;
-        if (!(error instanceof ZkError) || !error.isConnectionError) return;
-      }
-      await this.sessionUsable(session);
-    }
-  }
-
-  /**
-   * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
-   * to retry an operation whose reply was lost, on the same session only.
-   */
-  sessionUsable(session: ZkSession): Promise<boolean> {
-    const connection = this.connection;
-    const check = (): boolean | undefined => {
-      if (connection.session !== session || session.isClosed || connection.state === 'closed') return false;
-      if (connection.state === 'connected') return true;
-      return undefined;
-    };
-    const now = check();
-    if (now !== undefined) return Promise.resolve(now);
-    return new Promise((resolve) => {
-      const onState = () => {
-        const result = check();
-        if (result === undefined) return;
-        connection.off('state', onState);
-        resolve(result);
-      };
-      connection.on('state', onState);
-    });
   }
 
   private sessionGone(reason: SessionLostReason | 'connection-closed'): void {

@@ -5,8 +5,9 @@ import { ConnectionClosedError } from './errors.js';
 import { LockChannels, publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
 import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
+import type { Created, Listing } from './zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import { CreateMode, type WatchEventType, type ZkSession } from './zk-session.js';
+import type { WatchEventType, ZkSession } from './zk-session.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =
@@ -151,7 +152,14 @@ class QueueWaiter {
   private async attempt(session: ZkSession): Promise<QueueEntry | undefined> {
     const { parentPath } = this.spec;
     const prefix = newProtectedPrefix();
-    const created = this.createProtected(session, prefix);
+    const { nodeName, fixedSuffix } = this.spec;
+    const created = this.engine.ops.createProtected(session, {
+      parentPath,
+      prefix,
+      name: nodeName + (fixedSuffix ?? ''),
+      data: this.engine.nodeData(),
+      sequential: fixedSuffix === undefined,
+    });
     let path: string | undefined;
     let listing: Listing | undefined;
     try {
@@ -160,7 +168,7 @@ class QueueWaiter {
       ({ path, listing } = first);
       const name = path.slice(parentPath.length + 1);
       for (;;) {
-        listing ??= await this.untilCancelled(this.list(session));
+        listing ??= await this.untilCancelled(this.engine.ops.list(session, parentPath));
         if (!listing) return this.abandon(session, path);
         const sorted = sortChildren(listing.children, this.spec.sortMarkers);
         const index = sorted.indexOf(name);
@@ -178,7 +186,7 @@ class QueueWaiter {
         }
         if (this.barge) {
           // Step out of the queue, wait for the current head to go, then race for it again.
-          await this.untilCancelled(this.engine.deleteGuaranteed(session, path));
+          await this.untilCancelled(this.engine.ops.deleteGuaranteed(session, path));
           path = undefined;
           await this.waitFor(session, undefined, { holds: false, watch: sorted[0]!, holdsWhenGone: false });
           // A random pause before racing again breaks the symmetry between racers (and makes the
@@ -194,7 +202,7 @@ class QueueWaiter {
       }
     } catch (error) {
       // Whatever made us give up, the node must not stay behind.
-      this.cleanup = path ? this.engine.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
+      this.cleanup = path ? this.engine.ops.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
       this.engine.background(this.cleanup);
       throw error;
     }
@@ -205,81 +213,15 @@ class QueueWaiter {
   }
 
   private abandon(session: ZkSession, path: string): undefined {
-    this.engine.background(this.engine.deleteGuaranteed(session, path));
+    this.engine.background(this.engine.ops.deleteGuaranteed(session, path));
     return undefined;
   }
 
   /** After giving up mid-create: wait for the create's outcome and delete what it made. */
   private async cleanUpCreate(session: ZkSession, created: Promise<Created | undefined>, prefix: string): Promise<void> {
     const result = await created.catch(() => undefined);
-    if (result) await this.engine.deleteGuaranteed(session, result.path);
-    else await this.engine.deleteByPrefix(session, this.spec.parentPath, prefix);
-  }
-
-  /**
-   * Creates our node with a protected prefix and, in the same round trip, lists the queue.
-   * A lost reply is recovered by finding the prefix after reconnecting to the same session.
-   * Resolves undefined when the session is gone (nothing of ours can survive then).
-   */
-  private async createProtected(session: ZkSession, prefix: string): Promise<Created | undefined> {
-    const { parentPath, nodeName, fixedSuffix } = this.spec;
-    const target = joinPath(parentPath, prefix + nodeName + (fixedSuffix ?? ''));
-    const mode = fixedSuffix === undefined ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.EPHEMERAL;
-    let madeParents = false;
-    let maybeCreated = false;
-    for (;;) {
-      try {
-        if (maybeCreated) {
-          // The previous create's reply was lost: it may have happened.
-          const { children, stat } = await session.getChildren(parentPath);
-          const ours = children.find((c) => c.startsWith(prefix));
-          if (ours) return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
-        }
-        const create = session.create(target, this.engine.nodeData(), mode);
-        const list = session.getChildren(parentPath);
-        list.catch(() => undefined);
-        const path = await create;
-        const listed = await list.then(
-          ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
-          () => undefined,
-        );
-        return { path, listing: listed };
-      } catch (error) {
-        if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
-          // The parent is missing (never made, or reaped as an empty container): make it, once per
-          // failure; a reap between here and the create just loops again.
-          await this.engine.ensureContainers(session, parentPath);
-          madeParents = true;
-          continue;
-        }
-        if (isZkCode(error, ZkCode.NONODE)) {
-          madeParents = false;
-          continue;
-        }
-        if (error instanceof ZkError && error.isConnectionError) {
-          maybeCreated = true;
-          if (await this.engine.sessionUsable(session)) continue;
-          return undefined;
-        }
-        if (error instanceof ZkError && error.isSessionGone) return undefined;
-        throw error;
-      }
-    }
-  }
-
-  private async list(session: ZkSession): Promise<Listing | undefined> {
-    for (;;) {
-      try {
-        const { children, stat } = await session.getChildren(this.spec.parentPath);
-        return { children, parentCzxid: stat.czxid };
-      } catch (error) {
-        if (!(error instanceof ZkError)) throw error;
-        if (error.code === ZkCode.NONODE) return { children: [], parentCzxid: 0 };
-        if (error.isConnectionError && (await this.engine.sessionUsable(session))) continue;
-        if (error.isConnectionError || error.isSessionGone) return undefined;
-        throw error;
-      }
-    }
+    if (result) await this.engine.ops.deleteGuaranteed(session, result.path);
+    else await this.engine.ops.deleteByPrefix(session, this.spec.parentPath, prefix);
   }
 
   /** Our node (per attempt) whose deletion we watch. */
@@ -295,7 +237,7 @@ class QueueWaiter {
   private watchOwnNode(session: ZkSession, path: string): void {
     if (this.ownWatch?.path === path) return;
     this.stopOwnWatch();
-    this.ownWatch = { path, watch: new DeletionWatch(session, path, () => this.wake?.(), (s) => this.engine.sessionUsable(s)) };
+    this.ownWatch = { path, watch: new DeletionWatch(session, path, () => this.wake?.(), (s) => this.engine.ops.sessionUsable(s)) };
   }
 
   private stopOwnWatch(): void {
@@ -352,7 +294,7 @@ class QueueWaiter {
           return shortcut && ownIntact() ? 'holds' : 'relist';
         }
         if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
-          return (await this.untilCancelled(this.engine.sessionUsable(session))) ? 'relist' : 'gone';
+          return (await this.untilCancelled(this.engine.ops.sessionUsable(session))) ? 'relist' : 'gone';
         }
         throw error;
       }
@@ -366,7 +308,7 @@ class QueueWaiter {
       if (this.cancellation.current) throw CANCELLED;
       if (connection.session !== session || session.isClosed) return 'gone';
       if (fired === 'deleted' && shortcut && ownIntact()) return 'holds';
-      if (connection.state !== 'connected' && !(await this.untilCancelled(this.engine.sessionUsable(session)))) return 'gone';
+      if (connection.state !== 'connected' && !(await this.untilCancelled(this.engine.ops.sessionUsable(session)))) return 'gone';
       return 'relist';
     } finally {
       connection.off('state', onState);
@@ -399,15 +341,6 @@ class QueueWaiter {
       );
     });
   }
-}
-
-interface Listing {
-  children: string[];
-  parentCzxid: number;
-}
-interface Created {
-  path: string;
-  listing: Listing | undefined;
 }
 
 const CANCELLED = Symbol('cancelled');

@@ -1,0 +1,181 @@
+import { ancestorsOf, joinPath } from './lock-path.js';
+import type { ZkConnection } from './zk-connection.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import { CreateMode, type ZkAcl, type ZkSession } from './zk-session.js';
+
+/** A queue's children as one listing saw them, with the parent's czxid (for fencing tokens). */
+export interface Listing {
+  children: string[];
+  parentCzxid: number;
+}
+
+/** A node made by `createProtected`, with the listing pipelined behind its create (if it came). */
+export interface Created {
+  path: string;
+  listing: Listing | undefined;
+}
+
+/**
+ * The ZooKeeper operations the recipes ask for, in one place (Curator's framework/recipe split):
+ * create protected (with its lost-reply recovery and a pipelined listing), list, delete guaranteed,
+ * delete by prefix, container parents, and waiting until a session is usable again. Recipes
+ * decide what to do with nodes; this decides how ZooKeeper is asked, and asked again.
+ * Every retry stays on the session it started on: another session cannot own our ephemeral nodes.
+ */
+export class ZkOperations {
+  constructor(
+    private readonly connection: ZkConnection,
+    /** ACL for the parents we create (never applied to an existing node). */
+    private readonly parentAcl?: readonly ZkAcl[],
+  ) {}
+
+  /**
+   * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
+   * to retry an operation whose reply was lost, on the same session only.
+   */
+  sessionUsable(session: ZkSession): Promise<boolean> {
+    const connection = this.connection;
+    const check = (): boolean | undefined => {
+      if (connection.session !== session || session.isClosed || connection.state === 'closed') return false;
+      if (connection.state === 'connected') return true;
+      return undefined;
+    };
+    const now = check();
+    if (now !== undefined) return Promise.resolve(now);
+    return new Promise((resolve) => {
+      const onState = () => {
+        const result = check();
+        if (result === undefined) return;
+        connection.off('state', onState);
+        resolve(result);
+      };
+      connection.on('state', onState);
+    });
+  }
+
+  /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
+  async ensureContainers(session: ZkSession, path: string): Promise<void> {
+    const paths = [...ancestorsOf(path), path];
+    // ZooKeeper answers a session's requests in order, so all creates go out at once.
+    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER)));
+    for (const result of results) {
+      if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
+    }
+    // The binding creates with an open ACL; restrict the nodes we made (only those: never an
+    // existing node's ACL) right behind their creation.
+    const acl = this.parentAcl;
+    if (acl && acl.length > 0) {
+      const made = paths.filter((_, i) => results[i]!.status === 'fulfilled');
+      await Promise.all(made.map((p) => session.setAcl(p, acl).catch((e) => (isZkCode(e, ZkCode.NONODE) ? undefined : Promise.reject(e)))));
+    }
+  }
+
+  /**
+   * Creates `parentPath/prefix+name` (ephemeral; sequential unless `sequential` is false) and, in
+   * the same round trip, lists the parent. The parents are made as containers when missing. A lost
+   * reply is recovered by finding the prefix after reconnecting to the same session. Resolves
+   * undefined when the session is gone (nothing of ours can survive then).
+   */
+  async createProtected(
+    session: ZkSession,
+    node: { parentPath: string; prefix: string; name: string; data: Buffer; sequential: boolean },
+  ): Promise<Created | undefined> {
+    const { parentPath, prefix } = node;
+    const target = joinPath(parentPath, prefix + node.name);
+    const mode = node.sequential ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.EPHEMERAL;
+    let madeParents = false;
+    let maybeCreated = false;
+    for (;;) {
+      try {
+        if (maybeCreated) {
+          // The previous create's reply was lost: it may have happened.
+          const { children, stat } = await session.getChildren(parentPath);
+          const ours = children.find((c) => c.startsWith(prefix));
+          if (ours) return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
+        }
+        const create = session.create(target, node.data, mode);
+        const list = session.getChildren(parentPath);
+        list.catch(() => undefined);
+        const path = await create;
+        const listed = await list.then(
+          ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
+          () => undefined,
+        );
+        return { path, listing: listed };
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
+          // The parent is missing (never made, or reaped as an empty container): make it, once per
+          // failure; a reap between here and the create just loops again.
+          await this.ensureContainers(session, parentPath);
+          madeParents = true;
+          continue;
+        }
+        if (isZkCode(error, ZkCode.NONODE)) {
+          madeParents = false;
+          continue;
+        }
+        if (error instanceof ZkError && error.isConnectionError) {
+          maybeCreated = true;
+          if (await this.sessionUsable(session)) continue;
+          return undefined;
+        }
+        if (error instanceof ZkError && error.isSessionGone) return undefined;
+        throw error;
+      }
+    }
+  }
+
+  /** The children of `parentPath` (none if it is missing); undefined when the session is gone. */
+  async list(session: ZkSession, parentPath: string): Promise<Listing | undefined> {
+    for (;;) {
+      try {
+        const { children, stat } = await session.getChildren(parentPath);
+        return { children, parentCzxid: stat.czxid };
+      } catch (error) {
+        if (!(error instanceof ZkError)) throw error;
+        if (error.code === ZkCode.NONODE) return { children: [], parentCzxid: 0 };
+        if (error.isConnectionError && (await this.sessionUsable(session))) continue;
+        if (error.isConnectionError || error.isSessionGone) return undefined;
+        throw error;
+      }
+    }
+  }
+
+  /**
+   * Deletes a node of ours, retrying through disconnections until it is gone or its session is
+   * (an ephemeral node dies with its session). NONODE counts as done.
+   */
+  async deleteGuaranteed(session: ZkSession, path: string): Promise<void> {
+    for (;;) {
+      if (session.isClosed || this.connection.session !== session) return;
+      try {
+        await session.delete(path);
+        return;
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) return;
+        if (!(error instanceof ZkError) || !error.isConnectionError) {
+          if (error instanceof ZkError && error.isSessionGone) return;
+          throw error;
+        }
+      }
+      await this.sessionUsable(session);
+    }
+  }
+
+  /** Deletes the node whose name starts with `prefix` under `parent`, if it exists (lost create reply). */
+  async deleteByPrefix(session: ZkSession, parent: string, prefix: string): Promise<void> {
+    for (;;) {
+      if (session.isClosed || this.connection.session !== session) return;
+      try {
+        const { children } = await session.getChildren(parent);
+        const ours = children.find((c) => c.startsWith(prefix));
+        if (ours) await this.deleteGuaranteed(session, `${parent}/${ours}`);
+        return;
+      } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) return;
+        if (!(error instanceof ZkError) || !error.isConnectionError) return;
+      }
+      await this.sessionUsable(session);
+    }
+  }
+}
