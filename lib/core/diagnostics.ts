@@ -1,4 +1,5 @@
 import diagnostics_channel from 'node:diagnostics_channel';
+import type { ConnectionState } from './connection-state.js';
 
 /**
  * Events on `node:diagnostics_channel`, for tracing and metrics. Publishing costs one property
@@ -27,6 +28,34 @@ export const LockChannels = {
   connectionState: diagnostics_channel.channel('nestjs-zk-lock:connection-state'),
 } as const;
 
-export function publish(channel: diagnostics_channel.Channel, message: () => object): void {
+/** What identifies a lock in every event: its name, the node path, the lock's path and its kind. */
+export interface LockEventSubject {
+  name: string;
+  /** The node or parent the event is about (a lease node for `released`/`lost`). */
+  path: string;
+  /** The lock's path (for a semaphore lease, the semaphore's). */
+  lockPath?: string;
+  /** `mutex`, `read`, `write`, `semaphore`, `multi`. */
+  kind?: string;
+}
+
+/** An acquire always knows its recipe. */
+export type AcquireSubject = LockEventSubject & { lockPath: string; kind: string };
+
+/** The message each channel carries (`LockChannels[K]` publishes `LockEventPayloads[K]`). @publicApi */
+export interface LockEventPayloads {
+  acquireStart: AcquireSubject;
+  acquired: AcquireSubject & { waitedMs: number; fencingToken: bigint; leases: number };
+  notAcquired: AcquireSubject & { reason: string; waitedMs: number };
+  contended: LockEventSubject;
+  released: LockEventSubject & { heldMs: number };
+  lost: LockEventSubject & { reason: string; heldMs: number };
+  releaseFailed: LockEventSubject & { error: unknown };
+  connectionState: { state: ConnectionState; previous: ConnectionState; sessionId: string | undefined };
+}
+
+/** Publishes on `LockChannels[event]`; `message` is built only when somebody subscribes. */
+export function publish<K extends keyof LockEventPayloads>(event: K, message: () => LockEventPayloads[K]): void {
+  const channel = LockChannels[event];
   if (channel.hasSubscribers) channel.publish(message());
 }

@@ -16,5 +16,5 @@ export { MultiLock } from './multi-lock.js';
 export { LeaseGroup } from './multi-lease.js';
 export { LockContext, type LockContextValue } from './lock-context.js';
 export { parseHolderData, type HolderInfo } from './holder-data.js';
-export { LockChannels } from './diagnostics.js';
+export { LockChannels, type LockEventPayloads, type LockEventSubject, type AcquireSubject } from './diagnostics.js';
 export { inspectLock, inspectLocks, type LockInfo, type ContenderInfo, type ContenderMode, type InspectedLockKind, type InspectLockOptions, type InspectLocksOptions } from './inspect.js';

@@ -1,6 +1,6 @@
 import { DeletionWatch } from './deletion-watch.js';
 import { LockLostError, type LockLostReason } from './errors.js';
-import { LockChannels, publish } from './diagnostics.js';
+import { publish } from './diagnostics.js';
 import type { LockEngine, SessionBound } from './lock-engine.js';
 import type { QueueEntry } from './lock-queue.js';
 
@@ -100,7 +100,7 @@ export abstract class HeldLease implements Lease {
     if (this.releasing) return this.releasing;
     if (this.ended) return Promise.resolve();
     this.end('released');
-    if (!this.options.silent) publish(LockChannels.released, () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish('released', () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
     this.releasing = this.free();
     return this.releasing;
   }
@@ -113,7 +113,7 @@ export abstract class HeldLease implements Lease {
   lose(reason: LockLostReason): void {
     if (this.ended) return;
     this.end(reason);
-    if (!this.options.silent) publish(LockChannels.lost, () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish('lost', () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
     this.controller ??= new AbortController();
     this.controller.abort(new LockLostError(this.name, reason));
   }
@@ -208,7 +208,7 @@ export class NodeLease extends HeldLease implements SessionBound {
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
           `the lock stays taken until this session ends`,
       );
-      publish(LockChannels.releaseFailed, () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
+      publish('releaseFailed', () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
     });
     this.engine.background(work);
     return work;

@@ -1,5 +1,5 @@
 import { Cancellation, notAcquiredError } from './cancellation.js';
-import { LockChannels, publish } from './diagnostics.js';
+import { publish } from './diagnostics.js';
 import { LockNotAcquiredError, type LockLostReason } from './errors.js';
 import { HeldLease, NodeLease, type Lease, type LeaseOptions } from './lease.js';
 import type { LockEngine } from './lock-engine.js';
@@ -76,7 +76,7 @@ export class LocalQueue {
       if (this.node) this.watchForHandoff(this.node);
       if (busy && !this.spec.silent) {
         const { lockName, parentPath, kind, lockPath } = this.spec;
-        publish(LockChannels.contended, () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
+        publish('contended', () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
       }
       this.pump();
     });

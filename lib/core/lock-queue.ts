@@ -2,7 +2,7 @@ import type { AcquireOptions } from './acquire-options.js';
 import { Cancellation } from './cancellation.js';
 import { DeletionWatch } from './deletion-watch.js';
 import { ConnectionClosedError } from './errors.js';
-import { LockChannels, publish } from './diagnostics.js';
+import { publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
 import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
 import type { Created, Listing } from './zk-operations.js';
@@ -182,7 +182,7 @@ class QueueWaiter {
         if (!this.contended && !this.spec.silent) {
           this.contended = true;
           const { lockName, parentPath, kind, lockPath } = this.spec;
-          publish(LockChannels.contended, () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
+          publish('contended', () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
         }
         if (this.barge) {
           // Step out of the queue, wait for the current head to go, then race for it again.

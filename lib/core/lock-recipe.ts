@@ -2,7 +2,7 @@ import { CountedLease, ReentrantHandle } from './counted-lease.js';
 import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
 import { parentOf, validateZkPath } from './lock-path.js';
 import { describe } from './connection-options.js';
-import { LockChannels, publish } from './diagnostics.js';
+import { publish } from './diagnostics.js';
 import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
 import { notAcquiredError } from './cancellation.js';
 import type { LockEngine } from './lock-engine.js';
@@ -66,8 +66,7 @@ export abstract class LockRecipe implements Lockable {
       if (held instanceof ReentrantHandle && held.isHeld && this.owns(held)) return held.reenter();
     }
     const started = performance.now();
-    const channels = this.silent ? undefined : LockChannels;
-    if (channels) publish(channels.acquireStart, () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
+    if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
     let lease: Lease;
     try {
       lease = await this.acquireNew(options);
@@ -80,7 +79,7 @@ export abstract class LockRecipe implements Lockable {
         throw notAcquiredError(this.name, 'connection', options.waitMs === 0);
       }
     } catch (error) {
-      if (channels) publish(channels.notAcquired, () => ({
+      if (!this.silent) publish('notAcquired', () => ({
         name: this.name,
         path: this.path,
         lockPath: this.path,
@@ -90,7 +89,7 @@ export abstract class LockRecipe implements Lockable {
       }));
       throw error;
     }
-    if (channels) publish(channels.acquired, () => ({
+    if (!this.silent) publish('acquired', () => ({
       name: this.name,
       path: this.path,
       lockPath: this.path,

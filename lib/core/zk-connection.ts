@@ -3,18 +3,11 @@ import { ConnectionClosedError, ZkConnectError } from './errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { nativeSessionFactory, type ZkSession, type ZkSessionFactory } from './zk-session.js';
 import { ZkCode } from './zk-error.js';
-import { LockChannels, publish } from './diagnostics.js';
+import { publish } from './diagnostics.js';
 import { probeHosts } from './host-probe.js';
 
-/**
- * - `connecting`: no session yet (before the first connect, or between a lost session and its successor)
- * - `connected`: the session is usable
- * - `suspended`: disconnected; the session may still live on the server (we cannot be sure)
- * - `lost`: the session is gone (expired, or disconnected longer than its timeout); a new one is being opened
- * - `closed`: closed by us, for good
- */
-export type ConnectionState = 'connecting' | 'connected' | 'suspended' | 'lost' | 'closed';
-export type SessionLostReason = 'session-expired' | 'session-timeout';
+import type { ConnectionState, SessionLostReason } from './connection-state.js';
+export type { ConnectionState, SessionLostReason } from './connection-state.js';
 
 export interface ConnectionEvents {
   state: [state: ConnectionState, previous: ConnectionState];
@@ -392,7 +385,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const previous = this.currentState;
     if (previous === state) return;
     this.currentState = state;
-    publish(LockChannels.connectionState, () => ({ state, previous, sessionId: this.current?.id }));
+    publish('connectionState', () => ({ state, previous, sessionId: this.current?.id }));
     this.emit('state', state, previous);
   }
 

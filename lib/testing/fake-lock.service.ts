@@ -2,7 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { Inject, Injectable, Optional, type OnApplicationShutdown } from '@nestjs/common';
 import { optionalPositiveInteger, positiveInteger } from '../core/connection-options.js';
-import { LockChannels, publish } from '../core/diagnostics.js';
+import { publish } from '../core/diagnostics.js';
 import {
   ConnectionClosedError,
   InvalidOptionError,
@@ -417,7 +417,7 @@ function waitTurn(
     withdraw();
     return Promise.reject(notAcquiredError(lockName, 'timeout', true));
   }
-  publish(LockChannels.contended, () => ({ name: lockName, path }));
+  publish('contended', () => ({ name: lockName, path }));
   return new Promise<void>((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
     const waiter = {
@@ -476,7 +476,7 @@ class FakeLease implements Lease {
   release(): Promise<void> {
     if (this.ended) return Promise.resolve();
     this.end();
-    publish(LockChannels.released, () => ({ name: this.name, path: this.path, heldMs: performance.now() - this.heldSince }));
+    publish('released', () => ({ name: this.name, path: this.path, heldMs: performance.now() - this.heldSince }));
     this.onEnd();
     return Promise.resolve();
   }
@@ -484,7 +484,7 @@ class FakeLease implements Lease {
   lose(reason: LockLostReason): void {
     if (this.ended) return;
     this.end();
-    publish(LockChannels.lost, () => ({ name: this.name, path: this.path, reason, heldMs: performance.now() - this.heldSince }));
+    publish('lost', () => ({ name: this.name, path: this.path, reason, heldMs: performance.now() - this.heldSince }));
     this.controller.abort(new LockLostError(this.name, reason));
     this.onEnd();
   }

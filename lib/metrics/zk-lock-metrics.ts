@@ -1,6 +1,5 @@
-import diagnostics_channel from 'node:diagnostics_channel';
 import { metrics, ValueType, type Attributes, type Meter, type ObservableResult } from '@opentelemetry/api';
-import { LockChannels } from '../core/diagnostics.js';
+import { LockChannels, type LockEventPayloads } from '../core/diagnostics.js';
 import type { ConnectionState, ZkConnection } from '../core/zk-connection.js';
 
 /** @publicApi */
@@ -28,26 +27,6 @@ const STATES: readonly ConnectionState[] = ['connecting', 'connected', 'suspende
 
 const WAIT_BUCKETS_MS = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 30_000, 60_000];
 const HOLD_BUCKETS_MS = [5, 25, 100, 250, 1000, 5000, 10_000, 30_000, 60_000, 300_000, 900_000, 3_600_000];
-
-interface AcquireMessage {
-  name: string;
-  path: string;
-  kind: string;
-  waitedMs?: number;
-  reason?: string;
-}
-interface EndMessage {
-  name: string;
-  path: string;
-  lockPath?: string;
-  kind?: string;
-  heldMs: number;
-  reason?: string;
-}
-interface StateMessage {
-  state: ConnectionState;
-  previous: ConnectionState;
-}
 
 /**
  * Records OpenTelemetry metrics from the library's `diagnostics_channel` events (`LockChannels`),
@@ -141,67 +120,37 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     return { path: parent, semaphore: false };
   };
 
-  const handlers: [diagnostics_channel.Channel, (message: unknown) => void][] = [
-    [
-      LockChannels.acquireStart,
-      (m) => {
-        const message = m as AcquireMessage;
-        bump(acquiring, message.path, message.kind);
-        waiting.add(1, attributes(message.kind, message.path));
-      },
-    ],
-    [
-      LockChannels.acquired,
-      (m) => {
-        const message = m as AcquireMessage;
-        endAcquire(message, 'acquired');
-        bump(holds, message.path, message.kind);
-        held.add(1, attributes(message.kind, message.path));
-      },
-    ],
-    [
-      LockChannels.notAcquired,
-      (m) => {
-        const message = m as AcquireMessage;
-        endAcquire(message, message.reason ?? 'error');
-      },
-    ],
-    [
-      LockChannels.contended,
-      (m) => {
-        const message = m as { path: string };
-        contended.add(1, attributes(undefined, message.path));
-      },
-    ],
-    [LockChannels.released, (m) => endHold(m as EndMessage, 'released')],
-    [LockChannels.lost, (m) => endHold(m as EndMessage, 'lost')],
-    [
-      LockChannels.releaseFailed,
-      (m) => {
-        const message = m as { path: string; lockPath?: string; kind?: string };
-        releaseFailures.add(1, attributes(message.kind, message.lockPath ?? message.path));
-      },
-    ],
-    [
-      LockChannels.connectionState,
-      (m) => {
-        const { state, previous } = m as StateMessage;
-        transitions.add(1, { 'zk_lock.connection.state': state, 'zk_lock.connection.previous_state': previous });
-        const before = perState.get(previous) ?? 0;
-        if (before > 0) perState.set(previous, before - 1);
-        if (state !== 'closed') perState.set(state, (perState.get(state) ?? 0) + 1);
-      },
-    ],
-  ];
+  const handlers: { [K in keyof LockEventPayloads]: (message: LockEventPayloads[K]) => void } = {
+    acquireStart: (message) => {
+      bump(acquiring, message.path, message.kind);
+      waiting.add(1, attributes(message.kind, message.path));
+    },
+    acquired: (message) => {
+      endAcquire(message, 'acquired');
+      bump(holds, message.path, message.kind);
+      held.add(1, attributes(message.kind, message.path));
+    },
+    notAcquired: (message) => endAcquire(message, message.reason),
+    contended: (message) => contended.add(1, attributes(undefined, message.path)),
+    released: (message) => endHold(message, 'released'),
+    lost: (message) => endHold(message, 'lost'),
+    releaseFailed: (message) => releaseFailures.add(1, attributes(message.kind, message.lockPath ?? message.path)),
+    connectionState: ({ state, previous }) => {
+      transitions.add(1, { 'zk_lock.connection.state': state, 'zk_lock.connection.previous_state': previous });
+      const before = perState.get(previous) ?? 0;
+      if (before > 0) perState.set(previous, before - 1);
+      if (state !== 'closed') perState.set(state, (perState.get(state) ?? 0) + 1);
+    },
+  };
 
-  function endAcquire(message: AcquireMessage, outcome: string): void {
+  function endAcquire(message: LockEventPayloads['acquired' | 'notAcquired'], outcome: string): void {
     if (drop(acquiring, message.path, message.kind) !== undefined) waiting.add(-1, attributes(message.kind, message.path));
     if (typeof message.waitedMs === 'number') {
       waitDuration.record(message.waitedMs, attributes(message.kind, message.path, { 'zk_lock.outcome': outcome }));
     }
   }
 
-  function endHold(message: EndMessage, outcome: 'released' | 'lost'): void {
+  function endHold(message: LockEventPayloads['released'] | LockEventPayloads['lost'], outcome: 'released' | 'lost'): void {
     const fromNode = lockOf(message.path);
     const path = message.lockPath ?? fromNode.path;
     const semaphore = message.kind === 'semaphore' || fromNode.semaphore;
@@ -211,7 +160,7 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     if (kind !== undefined) held.add(-1, attributes(kind, path));
     const known = kind ?? (semaphore ? 'semaphore' : undefined);
     if (typeof message.heldMs === 'number') holdDuration.record(message.heldMs, attributes(known, path, { 'zk_lock.outcome': outcome }));
-    if (outcome === 'lost') lost.add(1, attributes(known, path, { 'zk_lock.lost.reason': message.reason ?? 'unknown' }));
+    if ('reason' in message) lost.add(1, attributes(known, path, { 'zk_lock.lost.reason': message.reason }));
   }
 
   const observeStates = (result: ObservableResult) => {
@@ -226,7 +175,8 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
   stateGauge.addCallback(observeStates);
 
   // A subscriber that throws would surface as an uncaught exception in the publisher's process.
-  const subscribed = handlers.map(([channel, handler]) => {
+  const subscribed = (Object.keys(handlers) as (keyof LockEventPayloads)[]).map((event) => {
+    const handler = handlers[event] as (message: unknown) => void;
     const safe = (message: unknown) => {
       try {
         handler(message);
@@ -234,8 +184,8 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
         // metrics must never break locking
       }
     };
-    channel.subscribe(safe);
-    return () => channel.unsubscribe(safe);
+    LockChannels[event].subscribe(safe);
+    return () => LockChannels[event].unsubscribe(safe);
   });
 
   let active = true;
