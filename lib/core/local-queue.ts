@@ -16,6 +16,19 @@ interface LocalWaiter {
   reject(error: unknown): void;
 }
 
+/** Our node while it holds, and what we know of it: replaced as a whole by the next node. */
+interface OwnNode {
+  lease: NodeLease;
+  /** Handoffs of this node (the low bits of the fencing token). */
+  handoffs: number;
+  /** Whether another process may be queueing on the lock, and handoffs made since we knew. */
+  othersMayWait: boolean;
+  handoffsWhileOthersWait: number;
+  /** The node's watches (its deletion, the queue), once requested; handoffs wait until they are set. */
+  watched?: Promise<void>;
+  watchesSet: boolean;
+}
+
 export interface LocalQueueOptions {
   fair: boolean;
   /** Local handoffs allowed once another process is seen queueing, before our node goes. */
@@ -38,19 +51,11 @@ export interface LocalQueueOptions {
  */
 export class LocalQueue {
   private readonly waiters: LocalWaiter[] = [];
-  private node: NodeLease | undefined;
+  private own: OwnNode | undefined;
   private holder: LocalLease | undefined;
   /** Our ZooKeeper acquisition in flight; `cancel` gives it up when every caller has. */
   private acquiring: { cancel?: () => void; cancelled: boolean } | undefined;
-  /** Handoffs of the current node (the low bits of the fencing token). */
-  private handoffs = 0;
-  /** Whether another process may be queueing on the lock, and handoffs made since we knew. */
-  private othersMayWait = true;
-  private handoffsWhileOthersWait = 0;
-  /** The current node's watches (its deletion, the queue) are set: handoffs may go ahead. */
-  private watched: Promise<void> | undefined;
-  private watchesSet = false;
-  /** A release is waiting for `watched` before handing over. */
+  /** A release is waiting for the node's watches before handing over. */
   private handoffPending = false;
 
   constructor(
@@ -73,7 +78,7 @@ export class LocalQueue {
       waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
       if (waiter.cancellation.current) return this.giveUp(waiter); // already aborted or closed
       this.waiters.push(waiter);
-      if (this.node) this.watchForHandoff(this.node);
+      if (this.own) this.watchForHandoff(this.own);
       if (busy && !this.spec.silent) {
         const { lockName, parentPath, kind, lockPath } = this.spec;
         publish('contended', () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
@@ -101,7 +106,7 @@ export class LocalQueue {
   /** Moves the queue on: grant to the next caller, queue a node for them, or go idle. */
   private pump(): void {
     if (this.holder || this.handoffPending) return;
-    if (this.node) return this.grantOrFree(this.node);
+    if (this.own) return this.grantOrFree(this.own);
     if (this.waiters.length > 0) {
       if (!this.acquiring) this.queueNode();
       return;
@@ -123,18 +128,19 @@ export class LocalQueue {
           return;
         }
         this.acquiring = undefined;
-        const node: NodeLease = new NodeLease(this.engine, this.spec.lockName, entry, {
-          silent: true, // the local leases publish
-          kind: this.spec.kind,
-          lockPath: this.spec.lockPath,
-          onEnd: (reason) => this.nodeEnded(node, reason),
-        });
-        this.node = node;
-        this.handoffs = 0;
-        this.othersMayWait = entry.listed > 1;
-        this.handoffsWhileOthersWait = 0;
-        this.watched = undefined;
-        this.watchesSet = false;
+        const own: OwnNode = {
+          lease: new NodeLease(this.engine, this.spec.lockName, entry, {
+            silent: true, // the local leases publish
+            kind: this.spec.kind,
+            lockPath: this.spec.lockPath,
+            onEnd: (reason) => this.nodeEnded(own, reason),
+          }),
+          handoffs: 0,
+          othersMayWait: entry.listed > 1,
+          handoffsWhileOthersWait: 0,
+          watchesSet: false,
+        };
+        this.own = own;
         this.pump();
       },
       (error: unknown) => {
@@ -156,17 +162,17 @@ export class LocalQueue {
   }
 
   /** Our node holds and nobody does locally: the next caller gets it, or the node goes. */
-  private grantOrFree(node: NodeLease): void {
+  private grantOrFree(own: OwnNode): void {
     const waiter = this.waiters.shift();
     if (!waiter) {
-      this.node = undefined;
-      void node.release();
+      this.own = undefined;
+      void own.lease.release();
       return this.pump();
     }
     waiter.cancellation.dispose();
-    const lease = new LocalLease(this, waiter.name, node, node.fencingToken + BigInt(this.handoffs), waiter.leaseOptions);
+    const lease = new LocalLease(this, waiter.name, own.lease, own.lease.fencingToken + BigInt(own.handoffs), waiter.leaseOptions);
     this.holder = lease;
-    if (this.waiters.length > 0) this.watchForHandoff(node);
+    if (this.waiters.length > 0) this.watchForHandoff(own);
     waiter.resolve(lease);
   }
 
@@ -174,47 +180,47 @@ export class LocalQueue {
   handBack(lease: LocalLease): Promise<void> {
     if (this.holder !== lease) return Promise.resolve();
     this.holder = undefined;
-    const node = this.node;
-    if (node && this.waiters.length > 0 && this.watched && !this.watchesSet) {
+    const own = this.own;
+    if (own && this.waiters.length > 0 && own.watched && !own.watchesSet) {
       // The node's watches were just requested: hand over once they are in place.
       this.handoffPending = true;
-      void this.watched.then(() => {
+      void own.watched.then(() => {
         this.handoffPending = false;
-        if (this.node === node) void this.afterHold(node);
+        if (this.own === own) void this.afterHold(own);
         else this.pump();
       });
       return Promise.resolve();
     }
-    return node ? this.afterHold(node) : (this.pump(), Promise.resolve());
+    return own ? this.afterHold(own) : (this.pump(), Promise.resolve());
   }
 
   /** Between two holders of our node: hand it over locally, or delete it and queue again. */
-  private afterHold(node: NodeLease): Promise<void> {
-    if (this.waiters.length > 0 && this.mayHandOff(node)) {
-      this.handoffs++;
-      if (this.othersMayWait) this.handoffsWhileOthersWait++;
-      this.grantOrFree(node);
+  private afterHold(own: OwnNode): Promise<void> {
+    if (this.waiters.length > 0 && this.mayHandOff(own)) {
+      own.handoffs++;
+      if (own.othersMayWait) own.handoffsWhileOthersWait++;
+      this.grantOrFree(own);
       return Promise.resolve();
     }
-    this.node = undefined;
-    const freed = node.release();
+    this.own = undefined;
+    const freed = own.lease.release();
     this.pump();
     return freed;
   }
 
-  private mayHandOff(node: NodeLease): boolean {
+  private mayHandOff(own: OwnNode): boolean {
     const { connection } = this.engine;
+    const node = own.lease;
     return (
       node.isHeld &&
-      this.watchesSet &&
+      own.watchesSet &&
       node.watchArmed && // not while re-arming after another event spent it: a deletion could go unheard
-
       connection.state === 'connected' &&
       connection.session === node.session &&
       !this.engine.isShuttingDown &&
-      this.handoffs < MAX_LOCAL_HANDOFFS &&
+      own.handoffs < MAX_LOCAL_HANDOFFS &&
       this.options.maxLocalHandoffs > 0 &&
-      (!this.othersMayWait || this.handoffsWhileOthersWait < this.options.maxLocalHandoffs)
+      (!own.othersMayWait || own.handoffsWhileOthersWait < this.options.maxLocalHandoffs)
     );
   }
 
@@ -224,40 +230,41 @@ export class LocalQueue {
    * on the queue with a listing, to learn whether other processes wait behind us (until the first
    * change, while the listing shows our node alone, handoffs are not limited).
    */
-  private watchForHandoff(node: NodeLease): void {
-    if (this.watched) return;
+  private watchForHandoff(own: OwnNode): void {
+    if (own.watched) return;
     let changed = false;
-    const queue = node.session
+    const othersQueue = () => {
+      own.othersMayWait = true;
+      own.handoffsWhileOthersWait = 0;
+    };
+    // Each callback writes only to its own node's state: a later node has its own object.
+    const queue = own.lease.session
       .getChildren(this.spec.parentPath, () => {
         changed = true;
-        if (this.node !== node) return;
-        this.othersMayWait = true;
-        this.handoffsWhileOthersWait = 0;
+        othersQueue();
       })
       .then(
         ({ children }) => {
-          if (this.node !== node || changed) return;
+          if (changed) return;
           const others = children.length > 1;
-          if (others && !this.othersMayWait) this.handoffsWhileOthersWait = 0;
-          this.othersMayWait = others;
+          if (others && !own.othersMayWait) own.handoffsWhileOthersWait = 0;
+          own.othersMayWait = others;
         },
         () => {
           // No listing, so no watch: nobody would tell us when others queue. Assume they do.
-          if (this.node !== node || this.othersMayWait) return;
-          this.othersMayWait = true;
-          this.handoffsWhileOthersWait = 0;
+          if (!own.othersMayWait) othersQueue();
         },
       );
     // Without the node's watch no handoff: the node is deleted and queued again instead.
-    this.watched = Promise.all([node.watchNode(), queue]).then(([nodeWatched]) => {
-      if (this.node === node) this.watchesSet = nodeWatched;
+    own.watched = Promise.all([own.lease.watchNode(), queue]).then(([nodeWatched]) => {
+      own.watchesSet = nodeWatched;
     });
   }
 
   /** The node ended other than by our release: lost (session, deleted, shutdown). */
-  private nodeEnded(node: NodeLease, reason: LockLostReason | 'released'): void {
-    if (this.node !== node) return;
-    this.node = undefined;
+  private nodeEnded(own: OwnNode, reason: LockLostReason | 'released'): void {
+    if (this.own !== own) return;
+    this.own = undefined;
     const holder = this.holder;
     if (holder) {
       // The node is released only between holders; were it released under one, that one lost it.
