@@ -95,13 +95,6 @@ export function newProtectedPrefix(): string {
   return `_c_${randomUUID()}-`;
 }
 
-const PROTECTED = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-/i;
-
-/** The protected prefix of a node name, or undefined when the name has none. */
-export function protectedPrefixOf(name: string): string | undefined {
-  return PROTECTED.exec(name)?.[0];
-}
-
 /** The server-assigned sequence (the trailing 10 digits), or undefined for non-sequential names. */
 export function sequenceOf(name: string): number | undefined {
   const match = /(\d{10})$/.exec(name);

@@ -2,7 +2,6 @@ import { InvalidLockNameError } from '../../lib/core/errors.js';
 import {
   ancestorsOf,
   newProtectedPrefix,
-  protectedPrefixOf,
   resolveLockPath,
   sequenceOf,
   sortChildren,
@@ -102,13 +101,6 @@ describe('protected prefix', () => {
     expect(a).toMatch(/^_c_[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}-$/);
     expect(a).toHaveLength(40);
     expect(newProtectedPrefix()).not.toBe(a);
-  });
-
-  it('is recognised only with a UUID (Curator ProtectedUtils)', () => {
-    const name = '_c_79e08f9b-cf92-4ebf-8c8e-f6526c063154-lock-0000000000';
-    expect(protectedPrefixOf(name)).toBe('_c_79e08f9b-cf92-4ebf-8c8e-f6526c063154-');
-    expect(protectedPrefixOf('_c_79e08f9bcf924ebf8c8ef6526c063154-lock-0000000000')).toBeUndefined();
-    expect(protectedPrefixOf('lock-0000000000')).toBeUndefined();
   });
 
   it('reads the server-assigned sequence', () => {
