@@ -32,6 +32,7 @@ const connection = await openConnection();
 const engine = new LockEngine(connection, { app: 'bench' });
 engine.onWarning((message) => process.stderr.write(`warning: ${message}\n`));
 
+/** @type {import('ioredis').Redis | undefined} */
 let redis;
 async function redisClient() {
   if (!config.redisPort) throw new Error('no redis-server in this run');
@@ -141,6 +142,7 @@ function herdLock(session, path) {
 
 async function makePeer(peer, path, on = { connection, engine }) {
   const session = on.connection.session;
+  if (!session) throw new Error('not connected');
   switch (peer) {
     case 'ours':
     case 'ours-fifo': {
@@ -277,11 +279,14 @@ async function queueRun({ peer, waiters, holdMs, releases, warmup, path }) {
   let measuring = false;
   let stop = false;
   let acquired = 0;
+  /** @type {Record<string, number> | undefined} */
   let before;
+  /** @type {Record<string, number> | undefined} */
   let after;
   let measuredReleases = 0;
   let cpuStart;
   let cpuMs;
+  /** @type {(value?: unknown) => void} */
   let handedOff = () => undefined;
   await Promise.all(
     locks.map(async (lock, w) => {
@@ -530,7 +535,7 @@ async function scaleWaiters({ count, path }) {
   });
   // Queued = every node exists (read on the same session, after the creates).
   for (;;) {
-    const { children } = await connection.session.getChildren(path);
+    const { children } = await /** @type {NonNullable<typeof connection.session>} */ (connection.session).getChildren(path);
     if (children.length >= count) break;
     await sleep(20);
   }

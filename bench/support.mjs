@@ -9,9 +9,9 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { fourLetter, newZkDir, startStandalone, zkScript } from '../scripts/support/zookeeper.mjs';
 
 export const BENCH_DIR = fileURLToPath(new URL('.', import.meta.url));
-const SCRIPT = fileURLToPath(new URL('../scripts/zookeeper.sh', import.meta.url));
 
 // ---------------------------------------------------------------------------------------------
 // ZooKeeper
@@ -19,58 +19,27 @@ const SCRIPT = fileURLToPath(new URL('../scripts/zookeeper.sh', import.meta.url)
 /**
  * Runs `work(connectString, { pid })` against ZK_CONNECT, or a standalone server started (and
  * stopped) here; `pid` is the server's JVM when we started it (for its CPU time), else undefined.
+ * @template T
+ * @param {(connectString: string, server: { pid: number | undefined }) => Promise<T>} work
+ * @returns {Promise<T>}
  */
 export async function withZooKeeper(work) {
   if (process.env.ZK_CONNECT) return work(process.env.ZK_CONNECT, { pid: undefined });
-  execFileSync('bash', [SCRIPT, 'install'], { stdio: ['ignore', 'ignore', 'inherit'] });
-  // A path that does not exist yet: the script creates it and removes it again on stop.
-  const dir = join(tmpdir(), `nestjs-zk-lock-bench.${process.pid}.${Date.now()}`);
-  const connect = execFileSync('bash', [SCRIPT, 'start', '--dir', dir, '--owner-pid', String(process.pid)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-    .toString()
-    .trim()
-    .split('\n')
-    .pop();
-  const pid = Number(readFileSync(join(dir, 'server.1.pid'), 'utf8').trim()) || undefined;
+  await zkScript(['install'], { echoStderr: true });
+  const zk = await startStandalone({ dir: newZkDir('bench'), echoStderr: true });
   try {
-    return await work(connect, { pid });
+    return await work(zk.connectString, { pid: zk.server(1).pid || undefined });
   } finally {
-    execFileSync('bash', [SCRIPT, 'stop', '--dir', dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+    await zk.stop();
   }
-}
-
-/** One four-letter-word command to one server; resolves with its text. */
-export function fourLetterWord(hostPort, word, timeoutMs = 5000) {
-  const [host, port] = splitHostPort(hostPort);
-  return new Promise((resolve, reject) => {
-    const socket = tcpConnect({ host, port });
-    let text = '';
-    const timer = setTimeout(() => socket.destroy(new Error(`${word} to ${hostPort} timed out`)), timeoutMs);
-    socket.setEncoding('utf8');
-    socket.on('connect', () => socket.end(word));
-    socket.on('data', (chunk) => (text += chunk));
-    socket.on('error', (error) => {
-      clearTimeout(timer);
-      reject(error);
-    });
-    socket.on('close', () => {
-      clearTimeout(timer);
-      resolve(text);
-    });
-  });
-}
-
-function splitHostPort(hostPort) {
-  const i = hostPort.lastIndexOf(':');
-  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
 }
 
 /** The numeric `mntr` values of every server in a connect string, summed per key. */
 export async function mntr(connectString) {
   const hosts = connectString.replace(/\/.*$/, '').split(',');
+  /** @type {Record<string, number>} */
   const sums = {};
-  for (const text of await Promise.all(hosts.map((h) => fourLetterWord(h, 'mntr')))) {
+  for (const text of await Promise.all(hosts.map((h) => fourLetter(h, 'mntr', 5000)))) {
     for (const line of text.split('\n')) {
       const [key, value] = line.split('\t');
       const n = Number(value);
@@ -128,7 +97,7 @@ export function freePort() {
     server.unref();
     server.on('error', reject);
     server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
+      const { port } = /** @type {import('node:net').AddressInfo} */ (server.address());
       server.close(() => resolve(port));
     });
   });
@@ -296,6 +265,9 @@ process.once('exit', () => {
 });
 
 export class Agent {
+  /** What close() sends to ask it to quit (default: the Node agent's quit command). @type {string | undefined} */
+  quitLine;
+
   constructor(name, command, args, options = {}) {
     this.name = name;
     this.child = spawn(command, args, { stdio: ['pipe', 'pipe', 'pipe'], cwd: options.cwd, env: options.env ?? process.env });
@@ -308,6 +280,7 @@ export class Agent {
       if (options.echoStderr) process.stderr.write(chunk.replace(/^/gm, `[${name}] `));
     });
     this.child.stdin.on('error', () => undefined);
+    /** @type {Promise<void>} */
     this.exited = new Promise((resolve) =>
       this.child.once('exit', (code, signal) => {
         liveAgents.delete(this);

@@ -16,7 +16,105 @@ export const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const TSC = join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc');
 const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
 
-/** Compiles the library (dist/) and/or the sample app (sample-app/dist/) with tsc. */
+// Types (JSDoc, checked by tsconfig.tooling.json; the TypeScript e2e tests import them from here).
+/**
+ * @typedef {object} Instance
+ * @property {string} name
+ * @property {number} pid
+ * @property {number} port
+ * @property {string} url
+ * @property {string} logFile
+ * @property {import('node:child_process').ChildProcess} child
+ * @property {Promise<number | string | null>} exited
+ */
+/**
+ * @typedef {object} StartOptions
+ * @property {number} [count]
+ * @property {string[]} [names] instead of `count`: the instances' names (INSTANCE), e.g. to restart one under its name
+ * @property {string} zkConnect
+ * @property {string} databaseFile
+ * @property {string} logDir
+ * @property {boolean} [locks]
+ * @property {number} [lockWaitMs]
+ * @property {string} [basePath]
+ * @property {Record<string, string>} [env]
+ * @property {number} [readyTimeoutMs]
+ */
+/** @typedef {{ 201: number, 409: number, 410: number, other: number }} Counts */
+/** @typedef {{ done: number, total: number, counts: Counts }} Progress */
+/**
+ * One contender of GET /locks (a ContenderInfo of LockService.inspect(), as JSON).
+ * @typedef {object} LockContender
+ * @property {string} node
+ * @property {string} path
+ * @property {'lock' | 'read' | 'write' | 'lease' | 'other'} mode
+ * @property {number} [sequence]
+ * @property {boolean} holds
+ * @property {{ host?: string, pid?: number, app?: string, instance?: string, createdAt?: string }} holder
+ * @property {string} sessionId
+ * @property {string} createdAt
+ * @property {number} ageMs
+ */
+/**
+ * One lock of GET /locks (a LockInfo of LockService.inspect(), as JSON, plus its name).
+ * @typedef {object} LockView
+ * @property {string} name
+ * @property {string} path
+ * @property {'mutex' | 'read-write' | 'semaphore' | 'idle'} kind
+ * @property {LockContender[]} holders
+ * @property {LockContender[]} waiting
+ * @property {number} [leases]
+ * @property {number} [permits]
+ */
+/** @typedef {{ from: string, error?: string, basePath?: string, locks?: LockView[] }} LockSnapshot */
+/**
+ * @typedef {object} ScenarioResult
+ * @property {string} label
+ * @property {boolean} locks
+ * @property {{ name: string, pid: number, port: number }[]} instances
+ * @property {number} buyers
+ * @property {number} concurrency
+ * @property {number} seats
+ * @property {number} sold
+ * @property {number} oversold
+ * @property {number} ok
+ * @property {number} conflict
+ * @property {number} soldOut
+ * @property {number} other
+ * @property {string[]} otherSamples
+ * @property {number} p50
+ * @property {number} p99
+ * @property {number} saleMs
+ * @property {{ ticksInWindow: number, ticksObserved: number, maxRunsPerTick: number, ticks: { tick: number, runs: number, instances: string[] }[] }} cron
+ * @property {number} reportRebuilds
+ * @property {LockSnapshot} [lockSnapshot]
+ * @property {string} logDir
+ * @property {number} totalMs
+ */
+/**
+ * @typedef {object} ScenarioOptions
+ * @property {string} zkConnect
+ * @property {string} workDir
+ * @property {boolean} [locks]
+ * @property {number} [instances]
+ * @property {number} [buyers]
+ * @property {number} [seats]
+ * @property {number} [concurrency]
+ * @property {number} [lockWaitMs]
+ * @property {string} [basePath]
+ * @property {number} [minTicks]
+ * @property {Record<string, string>} [env]
+ * @property {AbortSignal} [signal]
+ * @property {string} [label]
+ * @property {(progress: Progress) => void} [onProgress]
+ * @property {(instances: Instance[]) => void} [onInstances]
+ */
+/** @typedef {{ status: number, headers: import('node:http').IncomingHttpHeaders, body: any }} HttpAnswer */
+
+/**
+ * Compiles the library (dist/) and/or the sample app (sample-app/dist/) with tsc.
+ * @param {{ library?: boolean, sampleApp?: boolean }} [options]
+ */
 export function build({ library = true, sampleApp = true } = {}) {
   const run = (project) => execFileSync(process.execPath, [TSC, '-p', project], { cwd: ROOT, stdio: ['ignore', 'inherit', 'inherit'] });
   if (library) run('tsconfig.build.json');
@@ -24,12 +122,16 @@ export function build({ library = true, sampleApp = true } = {}) {
 }
 
 /** Children still running, so that a process exit (or Ctrl-C) can end them. */
+/** @type {Set<import('node:child_process').ChildProcess>} */
 const live = new Set();
 process.on('exit', () => {
   for (const child of live) child.kill('SIGKILL');
 });
 
-/** Stops every instance still running (SIGTERM, then SIGKILL after `graceMs`): for Ctrl-C handlers. */
+/**
+ * Stops every instance still running (SIGTERM, then SIGKILL after `graceMs`): for Ctrl-C handlers.
+ * @param {{ graceMs?: number }} [options]
+ */
 export async function stopAllInstances(options) {
   await stopInstances([...live].map((child) => ({ child, exited: new Promise((resolve) => child.once('exit', resolve)) })), options);
 }
@@ -37,11 +139,13 @@ export async function stopAllInstances(options) {
 /**
  * Starts `count` instances (named instance-1..., or `names`) on free ports, all on `databaseFile`;
  * resolves once each has printed its ready line. Their output is appended to `<logDir>/<name>.log`.
+ * @param {StartOptions} options
+ * @returns {Promise<Instance[]>}
  */
 export async function startInstances({ count, names, zkConnect, databaseFile, logDir, locks = true, lockWaitMs, basePath, env = {}, readyTimeoutMs = 90_000 }) {
   mkdirSync(logDir, { recursive: true });
   const starts = [];
-  for (const name of names ?? Array.from({ length: count }, (_, i) => `instance-${i + 1}`)) {
+  for (const name of names ?? Array.from({ length: count ?? 0 }, (_, i) => `instance-${i + 1}`)) {
     const logFile = join(logDir, `${name}.log`);
     const log = createWriteStream(logFile, { flags: 'a' });
     const child = spawn(process.execPath, [MAIN], {
@@ -67,9 +171,10 @@ export async function startInstances({ count, names, zkConnect, databaseFile, lo
     }));
     child.stderr.pipe(log, { end: false });
     child.once('close', () => log.end()); // both output streams are done
-    const instance = { name, pid: child.pid, child, exited, logFile, port: 0, url: '' };
+    /** @type {Instance} */
+    const instance = { name, pid: /** @type {number} */ (child.pid), child, exited, logFile, port: 0, url: '' };
     starts.push(
-      new Promise((resolve, reject) => {
+      /** @type {Promise<Instance>} */ (new Promise((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error(`${name} not ready after ${readyTimeoutMs} ms (log: ${logFile})`)), readyTimeoutMs);
         const lines = createInterface({ input: child.stdout });
         lines.on('line', (line) => {
@@ -86,17 +191,18 @@ export async function startInstances({ count, names, zkConnect, databaseFile, lo
           clearTimeout(timer);
           reject(new Error(`${name} exited during start-up (${how}):\n${tail(logFile)}`));
         });
-      }),
+      })),
     );
   }
   const results = await Promise.allSettled(starts);
   const failed = results.find((r) => r.status === 'rejected');
+  const started = results.filter((r) => r.status === 'fulfilled').map((r) => r.value);
   if (failed) {
-    await stopInstances(results.filter((r) => r.status === 'fulfilled').map((r) => r.value));
+    await stopInstances(started);
     for (const child of live) child.kill('SIGKILL');
     throw failed.reason;
   }
-  return results.map((r) => r.value);
+  return started;
 }
 
 function tail(file, lines = 30) {
@@ -107,7 +213,12 @@ function tail(file, lines = 30) {
   }
 }
 
-/** SIGTERM by PID (a graceful Nest shutdown: locks released, session closed), SIGKILL after `graceMs`. */
+/**
+ * SIGTERM by PID (a graceful Nest shutdown: locks released, session closed), SIGKILL after `graceMs`.
+ * @param {Pick<Instance, 'child' | 'exited'>[]} instances
+ * @param {{ graceMs?: number }} [options]
+ * @returns {Promise<void>}
+ */
 export async function stopInstances(instances, { graceMs = 10_000 } = {}) {
   await Promise.all(
     instances.map(async ({ child, exited }) => {
@@ -124,7 +235,14 @@ export async function stopInstances(instances, { graceMs = 10_000 } = {}) {
 // shared by the buyers and the instances.
 const agent = new Agent({ keepAlive: true, maxSockets: 256 });
 
-/** One HTTP request; resolves with the status, the headers and the parsed JSON body (or the text). */
+/**
+ * One HTTP request; resolves with the status, the headers and the parsed JSON body (or the text).
+ * @param {string} method
+ * @param {string} url
+ * @param {unknown} [body]
+ * @param {number} [timeoutMs]
+ * @returns {Promise<HttpAnswer>}
+ */
 export function http(method, url, body, timeoutMs = 60_000) {
   return new Promise((resolve, reject) => {
     const payload = body === undefined ? undefined : JSON.stringify(body);
@@ -148,7 +266,7 @@ export function http(method, url, body, timeoutMs = 60_000) {
           } catch {
             json = text;
           }
-          resolve({ status: res.statusCode, headers: res.headers, body: json });
+          resolve({ status: /** @type {number} */ (res.statusCode), headers: res.headers, body: json });
         });
       },
     );
@@ -158,6 +276,10 @@ export function http(method, url, body, timeoutMs = 60_000) {
   });
 }
 
+/**
+ * @param {string} url
+ * @returns {Promise<any>}
+ */
 export async function getJson(url) {
   const { status, body } = await http('GET', url);
   if (status !== 200) throw new Error(`GET ${url}: ${status} ${JSON.stringify(body)}`);
@@ -177,6 +299,8 @@ function percentile(sorted, p) {
  * for at least `minTicks` whole cron ticks. Returns the figures; stops the instances in any case.
  * `onProgress({ done, total, counts })` is called after each answer; `onInstances(list)` once
  * they are up; `signal` stops the buyers (the run then rejects with its reason).
+ * @param {ScenarioOptions} options
+ * @returns {Promise<ScenarioResult>}
  */
 export async function runScenario({
   zkConnect,
@@ -192,8 +316,8 @@ export async function runScenario({
   env = {},
   signal,
   label = locks ? 'locks-on' : 'locks-off',
-  onProgress = () => undefined,
-  onInstances = () => undefined,
+  onProgress = (_progress) => undefined,
+  onInstances = (_instances) => undefined,
 }) {
   const dir = join(workDir, label);
   rmSync(dir, { recursive: true, force: true });
@@ -290,19 +414,27 @@ export async function runScenario({
   }
 }
 
-/** A one-line progress bar (for stderr). */
+/**
+ * A one-line progress bar (for stderr).
+ * @param {Progress} progress
+ * @returns {string}
+ */
 export function progressBar({ done, total, counts }, width = 30) {
   const filled = Math.round((done / total) * width);
   const bar = '█'.repeat(filled) + '░'.repeat(width - filled);
   return `[${bar}] ${String(done).padStart(String(total).length)}/${total}  201:${counts[201]} 409:${counts[409]} 410:${counts[410]} other:${counts.other}`;
 }
 
-/** Summarises a GET /locks snapshot in one line. */
+/**
+ * Summarises a GET /locks snapshot in one line.
+ * @param {LockSnapshot | undefined} snapshot
+ * @returns {string}
+ */
 export function describeLockSnapshot(snapshot) {
   if (!snapshot) return 'no snapshot';
   if (snapshot.error) return `GET /locks on ${snapshot.from} failed: ${snapshot.error}`;
   // The shape of LockService.inspect(): holders and waiting, each with the data its owner wrote.
-  const lock = snapshot.locks.find((l) => l.name.startsWith('event:') && l.holders.length > 0);
+  const lock = /** @type {LockView[]} */ (snapshot.locks).find((l) => l.name.startsWith('event:') && l.holders.length > 0);
   if (!lock) return `GET /locks on ${snapshot.from}: no event lock held at that moment`;
   const per = {};
   for (const w of lock.waiting) per[w.holder.instance] = (per[w.holder.instance] ?? 0) + 1;
@@ -316,7 +448,11 @@ export function describeLockSnapshot(snapshot) {
 
 const ms = (value) => (Number.isFinite(value) ? value.toFixed(value < 100 ? 1 : 0) : '-');
 
-/** The runs side by side, as a Markdown table (aligned, so it reads in a terminal too). */
+/**
+ * The runs side by side, as a Markdown table (aligned, so it reads in a terminal too).
+ * @param {ScenarioResult[]} runs
+ * @returns {string}
+ */
 export function comparisonTable(runs) {
   const first = runs[0];
   const header = [`${first.instances.length} instances, ${first.buyers} buyers × 1 seat`, ...runs.map((r) => (r.locks ? 'with @WithLock' : 'LOCKS=off'))];
@@ -337,7 +473,11 @@ export function comparisonTable(runs) {
   return [line(header), rule, ...rows.map(line)].join('\n');
 }
 
-/** One sentence on what the runs show. */
+/**
+ * One sentence on what the runs show.
+ * @param {ScenarioResult[]} runs
+ * @returns {string}
+ */
 export function verdict(runs) {
   const on = runs.find((r) => r.locks);
   const off = runs.find((r) => !r.locks);

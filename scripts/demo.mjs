@@ -6,12 +6,10 @@
 // Options (environment): DEMO_INSTANCES (3), DEMO_BUYERS (600), DEMO_SEATS (100),
 // DEMO_CONCURRENCY (50), LOCK_WAIT_MS (the instances' default), DEMO_SKIP_BUILD=1.
 // This process never connects to ZooKeeper itself: it only spawns the instances and talks HTTP.
-import { execFileSync } from 'node:child_process';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { newZkDir, startStandalone, zkScript } from './support/zookeeper.mjs';
 import { ROOT, build, comparisonTable, describeLockSnapshot, progressBar, runScenario, stopAllInstances, verdict } from '../sample-app/scenario.mjs';
 
-const script = join(ROOT, 'scripts', 'zookeeper.sh');
 const number = (name, fallback) => {
   const value = Number(process.env[name] ?? fallback);
   if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer`);
@@ -26,16 +24,17 @@ const settings = {
 };
 const say = (text = '') => process.stderr.write(`${text}\n`);
 
-let zkDir;
+/** @type {import('./support/zookeeper.mjs').ZkServerHandle | undefined} */
+let zooKeeper;
 const interrupted = new AbortController();
-function stopZooKeeper() {
-  if (!zkDir) return;
-  const dir = zkDir;
-  zkDir = undefined;
+async function stopZooKeeper() {
+  if (!zooKeeper) return;
+  const server = zooKeeper;
+  zooKeeper = undefined;
   try {
-    execFileSync('bash', [script, 'stop', '--dir', dir], { stdio: ['ignore', 'ignore', 'inherit'] });
+    await server.stop();
   } catch (error) {
-    say(`could not stop ZooKeeper in ${dir}: ${error.message}`);
+    say(`could not stop ZooKeeper in ${server.dir}: ${error.message}`);
   }
 }
 // Ctrl-C: the instances first (by PID; they release their locks and close their sessions), then
@@ -46,7 +45,7 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
     interrupted.abort(new Error(signal));
     say(`\n${signal}: stopping the instances and ZooKeeper`);
     await stopAllInstances({ graceMs: 5000 });
-    stopZooKeeper();
+    await stopZooKeeper();
     process.exit(130);
   });
 }
@@ -54,16 +53,10 @@ for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
 try {
   let connect = process.env.ZK_CONNECT;
   if (!connect) {
-    execFileSync('bash', [script, 'install'], { stdio: ['ignore', 'inherit', 'inherit'] });
-    zkDir = join(tmpdir(), `nestjs-zk-lock-demo.${process.pid}.${Date.now()}`); // created (and removed) by the script
-    // --owner-pid: should this process die without cleaning up, a watchdog stops the server
-    connect = execFileSync('bash', [script, 'start', '--dir', zkDir, '--owner-pid', String(process.pid)], {
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
-      .toString()
-      .trim()
-      .split('\n')
-      .pop();
+    await zkScript(['install'], { echoStdout: true, echoStderr: true });
+    // Owned by this process: should it die without cleaning up, a watchdog stops the server.
+    zooKeeper = await startStandalone({ dir: newZkDir('demo'), echoStderr: true });
+    connect = zooKeeper.connectString;
   }
   // A ZooKeeper of your own may be shared: keep this run's locks apart.
   const basePath = process.env.ZK_CONNECT ? `/nestjs-zk-lock-demo-${process.pid}/locks` : '/locks';
@@ -125,5 +118,5 @@ try {
     process.exitCode = 1;
   }
 } finally {
-  if (!interrupted.signal.aborted) stopZooKeeper(); // else the signal handler does, after the instances
+  if (!interrupted.signal.aborted) await stopZooKeeper(); // else the signal handler does, after the instances
 }

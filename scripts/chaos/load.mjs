@@ -23,7 +23,9 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { parseArgs } from 'node:util';
 import { build, getJson, http, startInstances, stopInstances } from '../../sample-app/scenario.mjs';
-import { ensemble, fourLetter, SERVER_IDS } from './ensemble.mjs';
+import { newZkDir, startEnsemble, ZkEnsembleHandle } from '../support/zookeeper.mjs';
+
+const SERVER_IDS = [1, 2, 3];
 
 const { values: args } = parseArgs({
   options: {
@@ -53,7 +55,8 @@ function fail(message) {
 const T0 = Date.now();
 const log = (message) => process.stderr.write(`[load +${((Date.now() - T0) / 1000).toFixed(1).padStart(6)}s] ${message}\n`);
 
-const ZK = ensemble({ verbose: args.verbose });
+// Made up front: the cleanup below stops it whatever point the run reached.
+const ZK = new ZkEnsembleHandle(newZkDir('chaos'), { echoStderr: args.verbose });
 const workDir = mkdtempSync(join(tmpdir(), 'zk-lock-chaos-load-'));
 let instances = [];
 /** Every purchase: [startedAt, endedAt, status, eventId]. */
@@ -85,26 +88,26 @@ async function newEvent(label) {
 
 async function connectionsOf(id) {
   try {
-    return Number(/^Connections: (\d+)$/m.exec(await fourLetter(ZK.port(id), 'srvr', 1000))?.[1] ?? 0);
+    return Number(/^Connections: (\d+)$/m.exec(await ZK.fourLetter(id, 'srvr', 1000))?.[1] ?? 0);
   } catch {
     return 0;
   }
 }
 
 async function killServer(id) {
-  await ZK.script(['stop', '--dir', ZK.dir, '--id', String(id), '--signal', 'KILL']);
+  await ZK.stopServer(id, 'SIGKILL');
   const at = Date.now();
   await sleep(DOWN_MS);
-  await ZK.script(['restart', '--dir', ZK.dir, '--id', String(id)]);
+  await ZK.restartServer(id);
   return at;
 }
 async function killLeader() {
-  const leader = await ZK.waitForLeader(30_000);
+  const leader = await ZK.waitForLeader([], 30_000);
   log(`kill -9 leader ${leader}`);
   return { at: await killServer(leader), detail: `server ${leader}` };
 }
 async function killFollower() {
-  const leader = await ZK.waitForLeader(30_000);
+  const leader = await ZK.waitForLeader([], 30_000);
   const followers = SERVER_IDS.filter((id) => id !== leader);
   const counts = await Promise.all(followers.map(connectionsOf));
   const victim = followers[counts.indexOf(Math.max(...counts))];
@@ -152,6 +155,12 @@ function measure(fault, { at, endAt = at, detail }, id) {
 }
 
 /** After the load stopped: each fault's event against the answers (201s the database does not count are lost updates). */
+/**
+ * A fault's figures: measure()'s, the process exits during it, and countSales()'s (set after the load stopped).
+ * @typedef {ReturnType<typeof measure> & { exits: unknown[], sold: number, ok: number, lostUpdates: number, unanswered: number, oversold: number }} FaultResult
+ */
+
+/** @param {FaultResult} result */
 async function countSales(result) {
   const event = await getJson(`${instances[0].url}/events/${result.eventId}`);
   const ok = answers.filter(([, , status, ofEvent]) => status === 201 && ofEvent === result.eventId).length;
@@ -163,7 +172,7 @@ async function countSales(result) {
 async function main() {
   log('building the sample app');
   build({ library: false });
-  const connectString = await ZK.script(['ensemble', '--dir', ZK.dir, '--owner-pid', String(process.pid)]);
+  const { connectString } = await startEnsemble({ dir: ZK.dir, echoStderr: args.verbose });
   log(`ensemble ${connectString}`);
   instances = await startInstances({
     count: Number(args.instances),
@@ -176,6 +185,7 @@ async function main() {
   log(`instances ${instances.map((i) => `${i.name}:${i.port}`).join(' ')}; logs in ${workDir}`);
   await newEvent('warm-up');
   const buyers = Array.from({ length: concurrency }, (_, i) => buyer(i));
+  /** @type {FaultResult[]} */
   const results = [];
   for (let round = 0; round < rounds; round++) {
     for (const fault of faults) {
@@ -185,7 +195,7 @@ async function main() {
       const injected = await FAULTS[fault]();
       await sleep(Math.max(0, (injected.endAt ?? injected.at) + AFTER_MS - Date.now()));
       const result = { ...measure(fault, injected, id), exits: exits.slice(exitsBefore) };
-      results.push(result);
+      results.push(/** @type {FaultResult} */ (result)); // countSales() fills in the rest
       log(`${fault} (${result.detail}): stall ${result.stallMs} ms, normal after ${result.normalMs ?? 'never'} ms, ` +
         `answers ${JSON.stringify(result.byStatus)}, exits ${result.exits.length}`);
       if (exits.length) break;
@@ -228,6 +238,6 @@ try {
 } finally {
   stopping = true;
   await stopInstances(instances).catch(() => {});
-  await ZK.script(['stop', '--dir', ZK.dir]).catch(() => {});
+  await ZK.stop().catch(() => {});
 }
 process.exit(code);

@@ -42,8 +42,18 @@ import { LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestj
 const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '{}');
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 
+/**
+ * The session of a connection that connect() has resolved for.
+ * @param {ZkConnection} connection
+ */
+function connectedSession(connection) {
+  const { session } = connection;
+  if (!session) throw new Error('connected, but no session');
+  return session;
+}
+
 function send(message) {
-  if (process.connected) process.send(message);
+  if (process.connected) process.send?.(message);
 }
 
 // The runner is our store and our control: without it there is nothing to do.
@@ -67,7 +77,7 @@ function whenAborted(signal) {
 
 /** Sends the last message and exits once it is written. */
 async function finish(message) {
-  if (process.connected) await new Promise((resolve) => process.send(message, resolve));
+  if (process.connected) await new Promise((resolve) => process.send?.(message, resolve));
   process.exit(0);
 }
 
@@ -94,7 +104,7 @@ else await work();
 async function foreign() {
   const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
   await connection.connect();
-  const session = connection.session;
+  const session = connectedSession(connection);
   async function lockNodes(path) {
     let listing;
     try {
@@ -107,7 +117,7 @@ async function foreign() {
     for (const child of listing.children) nodes.push(...(await lockNodes(`${path}/${child}`)));
     return nodes;
   }
-  process.on('message', async (message) => {
+  process.on('message', async (/** @type {any} */ message) => {
     try {
       if (message.cmd === 'set-all') {
         const at = now();
@@ -133,7 +143,7 @@ async function foreign() {
 async function check() {
   const connection = new ZkConnection({ connectString: cfg.connectString, sessionTimeoutMs: 10_000, connectTimeoutMs: 60_000 });
   await connection.connect();
-  const session = connection.session;
+  const session = connectedSession(connection);
   await session.sync('/');
   const nodes = [];
   async function walk(path) {
@@ -173,6 +183,7 @@ async function work() {
   let terminating = false;
   const running = () => !stopping.signal.aborted && !terminating;
   // Locks nobody else uses: a try-once on them fails only for want of ZooKeeper.
+  /** @type {[string, (lock: any) => Promise<any>, Mutex | Semaphore | ReadWriteLock][]} */
   const tryOnceLocks = [
     ['mutex', (lock) => lock.acquire({ waitMs: 0 }), new Mutex(engine, 'try-once', `${cfg.base}/try-once`, { coalesce: false })],
     ['semaphore', (lock) => lock.tryAcquire(), new Semaphore(engine, 'try-once-sem', `${cfg.base}/try-once-sem`, { permits: cfg.permits })],
@@ -255,7 +266,7 @@ async function work() {
   let faultKind;
   let go;
   let goReceived = false;
-  process.on('message', (message) => {
+  process.on('message', (/** @type {any} */ message) => {
     if (message.id !== undefined && pending.has(message.id)) {
       const resolve = pending.get(message.id);
       pending.delete(message.id);

@@ -1,9 +1,16 @@
 // A loopback TCP proxy in front of one ZooKeeper server, so one client can be partitioned alone.
 // Shared by the Jest tests (test/support/tcp-proxy.ts re-exports it) and the chaos runner.
-// Types: tcp-proxy.d.mts. Only node builtins.
+// Typed by JSDoc (checked by tsconfig.tooling.json). Only node builtins.
 import net from 'node:net';
 
+/** @typedef {'created' | 'deleted' | 'changed' | 'child'} WatchEventType */
+/**
+ * A watch event as the proxy saw it pass (`type`: a WatchEventType, or the number of an unknown one).
+ * @typedef {{ type: WatchEventType | string, path: string }} ProxiedWatchEvent
+ */
+
 /** ZooKeeper's watch event types (WatcherEvent.type) by the names the filter uses. */
+/** @type {Record<number, WatchEventType>} */
 const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
 
 /**
@@ -16,39 +23,48 @@ const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
  * when the server last heard from the client.
  */
 export class TcpProxy {
-  /** @type {Set<net.Socket>} */
+  /** @private @type {Set<net.Socket>} */
   sockets = new Set();
-  /** Upstream connections that are open (the client is connected through this proxy). */
+  /** Upstream connections that are open (the client is connected through this proxy). @private @type {Set<net.Socket>} */
   upstreams = new Set();
-  /** @type {'open' | 'cut' | 'drop-replies' | 'blackhole' | 'blackhole-after-notification'} */
+  /** @private @type {'open' | 'cut' | 'drop-replies' | 'blackhole' | 'blackhole-after-notification'} */
   mode = 'open';
   /** Date.now() when a client packet was last forwarded to the server. */
   lastClientPacketAt = 0;
   /** performance.timeOrigin + performance.now() of the same moment (sub-millisecond, for the chaos runner). */
   lastClientPacketTime = 0;
-  /** The watch event after which blackholeAfterNotification() went silent. */
+  /** The watch event after which blackholeAfterNotification() went silent. @type {ProxiedWatchEvent | undefined} */
   silencedAfter = undefined;
   /** While silent, a close on one side does not reach the other either (until restore()). */
   holdCloses = false;
-  /** @type {((event: {type: string, path: string}) => boolean) | undefined} */
+  /** @private @type {((event: ProxiedWatchEvent) => boolean) | undefined} */
   notificationFilter;
-  /** @type {(() => void) | undefined} */
+  /** @private @type {(() => void) | undefined} */
   notified;
 
-  /** Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port. */
+  /**
+   * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
+   * @param {string} target
+   */
   static async start(target) {
     const [host, port] = target.split(',')[0].split(':');
     const proxy = new TcpProxy(host, Number(port));
-    await new Promise((resolve) => proxy.server.listen(0, '127.0.0.1', resolve));
+    await new Promise((resolve) => proxy.server.listen(0, '127.0.0.1', () => resolve(undefined)));
     return proxy;
   }
 
+  /**
+   * @private use TcpProxy.start()
+   * @param {string} host
+   * @param {number} port
+   */
   constructor(host, port) {
+    /** @private */
     this.server = net.createServer((client) => this.accept(client, host, port));
   }
 
   get port() {
-    return this.server.address().port;
+    return /** @type {net.AddressInfo} */ (this.server.address()).port;
   }
 
   get connectString() {
@@ -60,6 +76,12 @@ export class TcpProxy {
     return this.upstreams.size;
   }
 
+  /**
+   * @private
+   * @param {net.Socket} client
+   * @param {string} host
+   * @param {number} port
+   */
   accept(client, host, port) {
     if (this.mode === 'cut') return client.destroy();
     const upstream = net.connect(port, host);
@@ -90,6 +112,7 @@ export class TcpProxy {
     };
     // With `holdCloses`, a silent link does not carry a close either: the side that closed goes,
     // the other stays open (and hears nothing) until restore().
+    /** @param {net.Socket} socket */
     const closeSide = (socket) => () => {
       if (!(this.holdCloses && this.mode === 'blackhole')) return close();
       socket.destroy();
@@ -100,15 +123,22 @@ export class TcpProxy {
     upstream.on('error', closeSide(upstream)).on('close', closeSide(upstream));
   }
 
+  /** Drops all connections and refuses new ones until restore(). */
   cut() {
     this.mode = 'cut';
     this.dropConnections();
   }
 
+  /** Forwards requests but swallows every reply (the client sees silence, then times out). */
   dropReplies() {
     this.mode = 'drop-replies';
   }
 
+  /**
+   * Nothing passes either way, nothing closes (a silent partition). With `holdCloses`, a side
+   * that closes (e.g. the server expiring the session) is not passed on to the other either.
+   * @param {{ holdCloses?: boolean }} [options]
+   */
   blackhole(options) {
     this.mode = 'blackhole';
     if (options?.holdCloses) this.holdCloses = true;
@@ -120,6 +150,8 @@ export class TcpProxy {
    * 'changed', 'child') on `path` or under it (`path` + '/') counts, and with `minQuietMs` only
    * one that comes when the client has sent nothing for that long (the server last heard from it
    * that long ago); the others pass. Resolves with Date.now() then.
+   * @param {{ type?: WatchEventType, path?: string, minQuietMs?: number, holdCloses?: boolean }} [filter]
+   * @returns {Promise<number>}
    */
   blackholeAfterNotification(filter) {
     this.mode = 'blackhole-after-notification';
@@ -135,6 +167,10 @@ export class TcpProxy {
     return new Promise((resolve) => (this.notified = () => resolve(Date.now())));
   }
 
+  /**
+   * @private
+   * @param {ProxiedWatchEvent | undefined} event
+   */
   goSilentAfterNotification(event) {
     this.mode = 'blackhole';
     this.silencedAfter = event;
@@ -143,6 +179,7 @@ export class TcpProxy {
     this.notified = undefined;
   }
 
+  /** Drops current connections (the client reconnects) and forwards normally again. */
   restore() {
     this.dropConnections();
     this.mode = 'open';
@@ -157,15 +194,17 @@ export class TcpProxy {
     this.notified = undefined;
   }
 
+  /** @private */
   dropConnections() {
     for (const socket of this.sockets) socket.destroy();
     this.sockets.clear();
     this.upstreams.clear();
   }
 
+  /** @returns {Promise<void>} */
   async close() {
     this.cut();
-    await new Promise((resolve) => this.server.close(() => resolve()));
+    await new Promise((resolve) => this.server.close(() => resolve(undefined)));
   }
 }
 
@@ -181,6 +220,9 @@ class ReplyFrames {
   /**
    * The first notification frame that this chunk completes and `accept` (if given) accepts:
    * `end` is the offset in `chunk` just past it.
+   * @param {Buffer} chunk
+   * @param {((event: ProxiedWatchEvent) => boolean) | undefined} accept
+   * @returns {{ end: number, event: ProxiedWatchEvent | undefined } | undefined}
    */
   endOfFirstNotification(chunk, accept) {
     const before = this.pending.length;
@@ -203,7 +245,11 @@ class ReplyFrames {
   }
 }
 
-/** Reply header (xid 4, zxid 8, err 4), then type 4, state 4, path (length 4 + UTF-8). */
+/**
+ * Reply header (xid 4, zxid 8, err 4), then type 4, state 4, path (length 4 + UTF-8).
+ * @param {Buffer} body
+ * @returns {ProxiedWatchEvent | undefined}
+ */
 function parseWatcherEvent(body) {
   if (body.length < 28) return undefined;
   const type = body.readInt32BE(16);

@@ -1,0 +1,230 @@
+// The tables of a bench run (stdout) and its JSON (bench/results/<date>.json).
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { failures, opts, stamp } from './options.mjs';
+import { BENCH_DIR, printTable } from './support.mjs';
+
+export const fmt = {
+  ops: (x) => (x === undefined ? '' : x >= 100 ? x.toFixed(0) : x.toFixed(1)),
+  ms: (x) => (x === undefined || Number.isNaN(x) ? '' : x < 10 ? x.toFixed(3) : x < 100 ? x.toFixed(2) : x.toFixed(1)),
+  ratio: (x) => (x === undefined || !Number.isFinite(x) ? '' : `${x.toFixed(2)}×`),
+  n: (x, d = 1) => (x === undefined || !Number.isFinite(x) ? '' : x.toFixed(d)),
+  mb: (bytes) => `${(bytes / 1048576).toFixed(1)} MiB`,
+};
+
+// ---------------------------------------------------------------------------------------------
+
+export const PEER_LABEL = {
+  raw: 'raw create+delete (serial)',
+  exists: 'raw exists round trip',
+  ours: 'nestjs-zk-lock Mutex',
+  'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
+  herd: 'naive herd lock (same client)',
+  curator: 'Curator InterProcessMutex',
+  redis: 'redis-semaphore Mutex (Redis)',
+};
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+/** @param {Record<string, any>} results */
+export function report(results) {
+  const W = results.timed ?? {};
+  console.log('');
+  const rows = [];
+  const ratioOf = (workload, peer) => {
+    const ours = W[`${workload}/ours`]?.opsPerSec;
+    const other = W[`${workload}/${peer}`]?.opsPerSec;
+    return ours && other && peer !== 'ours' ? ours / other : undefined;
+  };
+  const workloadLabel = { W1: 'W1 uncontended (1 worker)', W2: 'W2 1 process × 8 workers', W3: 'W3 4 processes × 4 workers' };
+  for (const workload of ['W1', 'W2', 'W3']) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd', 'curator', 'redis']) {
+      const a = W[`${workload}/${peer}`];
+      if (!a) continue;
+      rows.push([
+        workloadLabel[workload],
+        PEER_LABEL[peer],
+        fmt.ops(a.opsPerSec),
+        `${Math.min(...a.rounds)}–${Math.max(...a.rounds)}`,
+        fmt.ms(a.p50),
+        fmt.ms(a.p99),
+        peer === 'ours' ? '—' : fmt.ratio(ratioOf(workload, peer)),
+        fmt.n(a.clientCpuUsPerOp, 0),
+        fmt.n(a.serverCpuUsPerOp, 0),
+        a.serverCpuUsPerOp === undefined ? '' : fmt.n((a.opsPerSec * (a.clientCpuUsPerOp + a.serverCpuUsPerOp)) / 1e6, 2),
+        fmt.n(a.zkRequestsPerOp, 2),
+        fmt.n(a.notificationsPerOp, 2),
+        a.fairness === undefined || workload === 'W1' ? '' : fmt.n(a.fairness, 2),
+        a.check,
+      ]);
+    }
+  }
+  if (results.semaphore) {
+    const s = results.semaphore;
+    rows.push([`semaphore 4 permits × 16 workers, ${opts.recipeHoldMs} ms hold`, PEER_LABEL.ours, fmt.ops(s.opsPerSec), s.range, fmt.ms(s.p50), fmt.ms(s.p99), '', fmt.n(s.cpuUsPerOp, 0), '', '', '', '', '', `${s.check} (max ${s.maxHolders} holders)`]);
+  }
+  if (results.readWrite) {
+    const s = results.readWrite;
+    rows.push([
+      `read-write 90% reads × 16 workers, ${opts.recipeHoldMs} ms hold`,
+      PEER_LABEL.ours,
+      fmt.ops(s.opsPerSec),
+      s.range,
+      `r ${fmt.ms(s.readP50)} w ${fmt.ms(s.writeP50)}`,
+      `r ${fmt.ms(s.readP99)} w ${fmt.ms(s.writeP99)}`,
+      '',
+      fmt.n(s.cpuUsPerOp, 0),
+      '',
+      '',
+      '',
+      '',
+      '',
+      `${s.check} (≤${s.maxReaders} readers)`,
+    ]);
+  }
+  if (rows.length) {
+    console.log('Throughput (median of rounds) and acquire latency (pooled); "ours ÷ peer" = our ops/s over the peer\'s in the same workload');
+    printTable(
+      ['workload', 'peer', 'ops/s', 'rounds min–max', 'p50 ms', 'p99 ms', 'ours ÷ peer', 'client CPU µs/op', 'server CPU µs/op', 'cores busy', 'ZK req/op', 'notif/op', 'fairness', 'check'],
+      rows,
+      ['', '', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', ''],
+    );
+    console.log(
+      'p50/p99: latency of acquire() (raw rows: of the operation itself). client CPU: the client processes\' user+sys CPU per acquisition ' +
+        '(JVM: all threads); server CPU: the ZooKeeper (or redis-server) process; cores busy: ops/s × (client + server CPU) — this machine has ' +
+        `${cpus().length}. ZK req/op: packets the server received per acquisition ` +
+        '(incl. pings); notif/op: watch notifications sent (mntr zk_sum_node_*_watch_count). fairness: fewest/most acquisitions of one worker.',
+    );
+  }
+
+  if (results.queue && Object.keys(results.queue).length) {
+    console.log(`\nW4 queue: L waiters (one ZooKeeper session each) cycling through one lock, ${opts.holdMs} ms hold`);
+    const qrows = [];
+    for (const L of opts.queueLengths) {
+      for (const peer of ['ours', 'herd']) {
+        const q = results.queue[`${peer}/${L}`];
+        if (!q) continue;
+        qrows.push([String(L), PEER_LABEL[peer], fmt.ms(q.handoffP50), fmt.ms(q.handoffP99), fmt.n(q.notificationsPerRelease, 2), fmt.n(q.requestsPerRelease, 2), fmt.n(q.clientCpuUsPerRelease, 0), q.check]);
+      }
+    }
+    printTable(['waiters', 'peer', 'handoff p50 ms', 'handoff p99 ms', 'notifications/release', 'ZK requests/release', 'client CPU µs/release', 'check'], qrows, ['r', '', 'r', 'r', 'r', 'r', 'r', '']);
+    console.log('handoff: the next holder\'s acquire() returning − the holder\'s release() call (same process, different sessions).');
+    const f = results.notifyFloor;
+    if (f) console.log(`ZooKeeper's own floor: delete() call → another session's watch event, p50 ${fmt.ms(f.p50)} ms, p99 ${fmt.ms(f.p99)} ms (${f.samples} samples).`);
+  }
+
+  if (results.scale) {
+    const { locks, waiters } = results.scale;
+    console.log('\nScale (one process, one connection)');
+    printTable(
+      ['measure', 'value', 'check'],
+      [
+        [`${locks.count} distinct locks: acquire all (concurrently)`, `${fmt.n(locks.acquireMs, 0)} ms (${fmt.ops((locks.count * 1000) / locks.acquireMs)} locks/s)`, locks.check],
+        [`  release all`, `${fmt.n(locks.releaseMs, 0)} ms`, ''],
+        [`  heap while held (after GC)`, `+${fmt.mb(locks.m1.heapUsed - locks.m0.heapUsed)} (${fmt.n((locks.m1.heapUsed - locks.m0.heapUsed) / locks.count, 0)} B/lock)`, ''],
+        [`  RSS while held`, `+${fmt.mb(locks.m1.rss - locks.m0.rss)} (${fmt.mb(locks.m1.rss)} total)`, ''],
+        [`  heap after release (after GC)`, `${locks.m2.heapUsed >= locks.m0.heapUsed ? '+' : ''}${fmt.mb(locks.m2.heapUsed - locks.m0.heapUsed)} vs before`, ''],
+        [`  client CPU`, `${fmt.n((locks.cpuMs * 1000) / locks.count, 0)} µs/lock (acquire + release)`, ''],
+        [`  ZooKeeper requests / server CPU`, `${fmt.n(locks.zkRequests / locks.count, 2)} requests/lock, ${locks.zkCpuMs === undefined ? 'n/a' : `${fmt.n((locks.zkCpuMs * 1000) / locks.count, 0)} µs/lock`}`, ''],
+        [`${waiters.count} waiters on one lock: all queued`, `${fmt.n(waiters.enqueueMs, 0)} ms`, waiters.check],
+        [`  drain (first release → last release)`, `${fmt.n(waiters.drainMs, 0)} ms (${fmt.ms(waiters.drainMs / (waiters.count - 1))} ms/handoff, ${fmt.ops(((waiters.count - 1) * 1000) / waiters.drainMs)} handoffs/s)`, ''],
+        [`  heap with ${waiters.count} queued (after GC)`, `+${fmt.mb(waiters.m1.heapUsed - waiters.m0.heapUsed)} (${fmt.n((waiters.m1.heapUsed - waiters.m0.heapUsed) / waiters.count, 0)} B/waiter)`, ''],
+        [`  heap after the queue drained (after GC)`, `${waiters.m2.heapUsed >= waiters.m0.heapUsed ? '+' : ''}${fmt.mb(waiters.m2.heapUsed - waiters.m0.heapUsed)} vs before`, ''],
+        [`  client CPU during drain`, `${fmt.n(waiters.cpuMs, 0)} ms (${fmt.n((waiters.cpuMs * 1000) / waiters.count, 0)} µs/handoff)`, ''],
+        [`  ZooKeeper requests / notifications (enqueue + drain)`, `${fmt.n(waiters.zkRequests / waiters.count, 2)} requests/waiter, ${fmt.n(waiters.zkNotifications / waiters.count, 2)} notifications/waiter`, ''],
+      ],
+    );
+  }
+
+  if (results.churn) {
+    const c = results.churn;
+    console.log(
+      `\nChurn ${c.seconds} s (8 workers: hot mutex, 256 names, tryAcquire, 1 ms timeouts, semaphore): ${c.cycles} cycles, ` +
+        `heap after GC ${fmt.mb(c.before.heapUsed)} → ${fmt.mb(c.after.heapUsed)} (${c.heapGrowth >= 0 ? '+' : ''}${fmt.n(c.heapGrowth / 1024, 0)} KiB), ` +
+        `RSS ${fmt.mb(c.before.rss)} → ${fmt.mb(c.after.rss)}; samples (heap MiB): ${c.samples.map((s) => (s.heapUsed / 1048576).toFixed(1)).join(' ')}; ` +
+        `connection listeners ${JSON.stringify(c.listenersBefore)} → ${JSON.stringify(c.listenersAfter)}; check ${c.check}`,
+    );
+  }
+
+  // ---- Targets ------------------------------------------------------------------------------
+  const targets = [];
+  const add = (name, met, detail) => targets.push({ name, met, detail });
+  const w1 = W['W1/ours'];
+  const raw = W['W1/raw'];
+  if (w1 && raw) {
+    const r = w1.opsPerSec / raw.opsPerSec;
+    add('W1 ≥ 95% of raw serial create+delete', r >= 0.95, `${fmt.ops(w1.opsPerSec)} vs ${fmt.ops(raw.opsPerSec)} cycles/s = ${(r * 100).toFixed(1)}%`);
+  }
+  if (W['W3/ours'] && W['W3/curator']) {
+    const r = W['W3/ours'].opsPerSec / W['W3/curator'].opsPerSec;
+    add('W3 ≥ 1.5× Curator', r >= 1.5, `${fmt.ops(W['W3/ours'].opsPerSec)} vs ${fmt.ops(W['W3/curator'].opsPerSec)} ops/s = ${r.toFixed(2)}×`);
+  }
+  const exists = W['W1/exists'];
+  const q64 = results.queue?.['ours/64'];
+  if (q64 && exists) {
+    const r = q64.handoffP50 / exists.p50;
+    const f = results.notifyFloor;
+    const floor = f ? `; ZooKeeper's own delete → watch event p50 ${fmt.ms(f.p50)} ms = ${(f.p50 / exists.p50).toFixed(2)}× exists, ours ÷ that ${(q64.handoffP50 / f.p50).toFixed(2)}×` : '';
+    add('handoff p50 ≤ 2 × exists round trip', r <= 2, `W4 (64 waiters) handoff p50 ${fmt.ms(q64.handoffP50)} ms vs exists p50 ${fmt.ms(exists.p50)} ms = ${r.toFixed(2)}×${floor}`);
+  }
+  const perL = opts.queueLengths.map((L) => [L, results.queue?.[`ours/${L}`]]).filter(([, q]) => q);
+  if (perL.length) {
+    const ok = perL.every(([, q]) => q.notificationsPerReleaseRounds.every((x) => Math.abs(x - 1) <= 0.02));
+    add('exactly 1 notification per release at any queue length', ok, perL.map(([L, q]) => `${L} waiters: ${q.notificationsPerReleaseRounds.map((x) => x.toFixed(2)).join('/')}`).join('; '));
+  }
+  if (W['W2/ours'] && (W['W2/curator'] || W['W2/redis'])) {
+    const c = W['W2/curator'] ? W['W2/ours'].opsPerSec / W['W2/curator'].opsPerSec : undefined;
+    const rd = W['W2/redis'] ? W['W2/ours'].opsPerSec / W['W2/redis'].opsPerSec : undefined;
+    add(
+      'W2 ≥ 5× Curator and ahead of the Redis lock',
+      (c === undefined || c >= 5) && (rd === undefined || rd > 1),
+      `${fmt.ops(W['W2/ours'].opsPerSec)} ops/s: ${c === undefined ? 'Curator n/a' : `${c.toFixed(2)}× Curator (${fmt.ops(W['W2/curator'].opsPerSec)})`}, ${rd === undefined ? 'Redis n/a' : `${rd.toFixed(2)}× Redis (${fmt.ops(W['W2/redis'].opsPerSec)})`}`,
+    );
+  }
+  if (results.churn) {
+    const g = results.churn.heapGrowth;
+    add(
+      'memory flat over churn (heap after GC grows < 1 MiB)',
+      g < 1048576,
+      `${results.churn.seconds} s, ${results.churn.cycles} cycles: ${g >= 0 ? '+' : ''}${fmt.n(g / 1024, 0)} KiB (${fmt.n(g / Math.max(1, results.churn.cycles), 2)} B/cycle)`,
+    );
+  }
+  results.targets = targets;
+  if (targets.length) {
+    console.log('\nTargets (ratios within this run)');
+    printTable(['target', 'result', 'numbers'], targets.map((t) => [t.name, t.met ? 'met' : 'NOT MET', t.detail]));
+  }
+
+  if (results.profiles) {
+    for (const [name, p] of Object.entries(results.profiles)) {
+      console.log(
+        `\nCPU profile ${name}: ${fmt.ops(p.opsPerSec)} ops/s, ${p.acquired} acquisitions, client CPU ${fmt.n(p.clientCpuUsPerOp, 0)} µs/op, ` +
+          `ZooKeeper CPU ${fmt.n(p.serverCpuUsPerOp, 0)} µs/op, wall ${fmt.n(1e6 / p.opsPerSec, 0)} µs/op (profiled: slower than unprofiled)`,
+      );
+      const perOp = (ms) => `${((ms * 1000) / p.acquired).toFixed(1)} µs/op`;
+      console.log('  self time by area: ' + p.areas.map((a) => `${a.area} ${perOp(a.ms)}`).join(', '));
+      console.log('  top self time:');
+      for (const f of p.top.slice(0, 12)) console.log(`    ${perOp(f.ms).padStart(12)}  ${f.frame}`);
+      console.log('  inclusive time (library and binding entry points):');
+      for (const f of p.inclusive.slice(0, 14)) console.log(`    ${perOp(f.ms).padStart(12)}  ${f.frame}`);
+    }
+  }
+
+  console.log(
+    `\nload average at start ${results.loadAverageAtStart.map((x) => x.toFixed(2)).join(' ')}, at end ${results.loadAverageAtEnd.map((x) => x.toFixed(2)).join(' ')} ` +
+      `(${cpus().length} CPUs; other processes on this machine compete with the clients and the servers)`,
+  );
+  if (failures.length) {
+    console.log(`\n!!!!!!!! ${failures.length} CORRECTNESS FAILURE(S):`);
+    for (const f of failures) console.log(`  - ${f}`);
+    process.exitCode = 1;
+  }
+  results.failures = failures;
+  const dir = join(BENCH_DIR, 'results');
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${stamp()}.json`);
+  writeFileSync(file, JSON.stringify(results, null, 1));
+  console.log(`\nresults: ${file}`);
+}

@@ -1,0 +1,326 @@
+// The workloads of a bench run, one function each, in the order run.mjs calls them. Each records
+// its figures in ctx.results and its correctness failures with fail().
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { BASE, fail, opts, stamp, wants } from './options.mjs';
+import { Agent, BENCH_DIR, median, mntr, notificationsIn, percentile, processCpuMs, summarizeCpuProfile } from './support.mjs';
+import { aggregate, counterFile, javaAgent, nodeAgent, readCounterFile, timed } from './timed.mjs';
+
+/**
+ * What the workloads share: the servers, the agents' config, the live agents (closed at the end
+ * by run.mjs) and the results.
+ * @typedef {object} BenchContext
+ * @property {string} zk
+ * @property {number | undefined} zkPid
+ * @property {{ port: number, pid?: number, stop: () => Promise<void> } | undefined} redis
+ * @property {{ zk: string, redisPort?: number }} config
+ * @property {Agent[]} agents
+ * @property {(agent: Agent) => Agent} track
+ * @property {Record<string, any>} results
+ */
+
+/** @param {number[]} xs */
+function rangeOf(xs) {
+  return `${Math.round(Math.min(...xs))}–${Math.round(Math.max(...xs))}`;
+}
+
+/**
+ * The long-lived agents: the main Node one, W3's four, Curator's (when it can run here).
+ * @param {BenchContext} ctx
+ * @param {((connectString: string) => string[]) | undefined} curatorArgs
+ */
+export async function startAgents({ zk, config, agents, track }, curatorArgs) {
+  const needMain = ['w1', 'w2', 'w4', 'sem', 'rw'].some(wants);
+  const main = needMain ? track(nodeAgent('agent-main', config)) : undefined;
+  const w3 = wants('w3') ? [0, 1, 2, 3].map((i) => track(nodeAgent(`agent-w3-${i}`, config))) : [];
+  const curatorMain = curatorArgs && (wants('w1') || wants('w2')) ? track(javaAgent('curator-main', curatorArgs(zk))) : undefined;
+  const curatorW3 = curatorArgs && wants('w3') ? [0, 1, 2, 3].map((i) => track(javaAgent(`curator-w3-${i}`, curatorArgs(zk)))) : [];
+  await Promise.all(agents.map((a) => a.ready));
+  console.log(`agents ready: ${agents.map((a) => a.name).join(', ')}\n`);
+  return { main, w3, curatorMain, curatorW3 };
+}
+
+/**
+ * W1-W3, alternating round by round, and the negative control of the counter check.
+ * @param {BenchContext} ctx
+ * @param {Awaited<ReturnType<typeof startAgents>>} agents
+ */
+export async function runAlternatingRounds(ctx, { main, w3, curatorMain, curatorW3 }) {
+  const { redis, results } = ctx;
+  // W1 and W2 are wanted only with the main agent started (startAgents).
+  const mainAgent = /** @type {Agent} */ (main);
+  // ---- W1, W2, W3: alternating rounds -------------------------------------------------
+  const plan = [];
+  if (wants('w1')) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
+    if (curatorMain) plan.push({ workload: 'W1', peer: 'curator', agents: [curatorMain], workers: 1 });
+    if (redis) plan.push({ workload: 'W1', peer: 'redis', agents: [mainAgent], workers: 1 });
+  }
+  if (wants('w2')) {
+    for (const peer of ['ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W2', peer, agents: [mainAgent], workers: 8 });
+    if (curatorMain) plan.push({ workload: 'W2', peer: 'curator', agents: [curatorMain], workers: 8 });
+    if (redis) plan.push({ workload: 'W2', peer: 'redis', agents: [mainAgent], workers: 8 });
+  }
+  if (wants('w3')) {
+    for (const peer of ['ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W3', peer, agents: w3, workers: 4 });
+    if (curatorW3.length) plan.push({ workload: 'W3', peer: 'curator', agents: curatorW3, workers: 4 });
+    if (redis) plan.push({ workload: 'W3', peer: 'redis', agents: w3, workers: 4 });
+  }
+  // ---- Negative control: without a lock the counter must lose updates ---------------------
+  const control = {};
+  if (main) {
+    const t0 = Date.now() + 60;
+    const r = await main.request({ cmd: 'run', peer: 'none', workers: 8, path: `${BASE}/control`, t0, t1: t0 + 300, counter: 'mem' });
+    control.node = { acquisitions: r.acquired, counter: r.counter };
+  }
+  if (w3.length) {
+    const file = counterFile();
+    const t0 = Date.now() + 150;
+    const rs = await Promise.all(w3.map((a) => a.request({ cmd: 'run', peer: 'none', workers: 1, path: `${BASE}/control`, t0, t1: t0 + 300, counter: file })));
+    control.nodeProcesses = { acquisitions: rs.reduce((n, r) => n + r.acquired, 0), counter: readCounterFile(file) };
+    rmSync(file, { force: true });
+  }
+  if (curatorMain) {
+    const t0 = Date.now() + 60;
+    const r = await curatorMain.request(`run 8 ${t0} ${t0 + 300} none mem 0`);
+    control.curator = { acquisitions: r.acquired, counter: r.counter };
+  }
+  results.negativeControl = control;
+  const undetected = Object.entries(control).filter(([, c]) => c.counter === c.acquisitions).map(([k]) => k);
+  console.log(
+    'negative control (no lock, counter must lose updates): ' +
+      Object.entries(control).map(([k, c]) => `${k} ${c.acquisitions - c.counter} of ${c.acquisitions} lost`).join(', '),
+  );
+  if (undetected.length) fail(`the counter check cannot see a missing lock here (${undetected.join(', ')}): its results prove nothing`);
+
+  const timedRounds = {};
+  if (plan.length) {
+    process.stdout.write(`W1-W3: warm-up`);
+    for (const p of plan) await timed(ctx, { ...p, ms: p.peer === 'curator' ? opts.jvmWarmupMs : opts.warmupMs });
+    for (let r = 0; r < opts.rounds; r++) {
+      process.stdout.write(` · round ${r + 1}/${opts.rounds}`);
+      const order = r % 2 === 0 ? plan : [...plan].reverse();
+      for (const p of order) {
+        const key = `${p.workload}/${p.peer}`;
+        (timedRounds[key] ??= []).push(await timed(ctx, { ...p, ms: opts.roundMs }));
+      }
+    }
+    process.stdout.write('\n');
+  }
+  const W = Object.fromEntries(Object.entries(timedRounds).map(([k, v]) => [k, aggregate(v)]));
+  results.timed = W;
+  results.timedRounds = Object.fromEntries(Object.entries(timedRounds).map(([k, v]) => [k, v.map(({ lat, ...rest }) => rest)]));
+}
+
+/**
+ * W4: queue handoff, one session per waiter.
+ * @param {BenchContext} ctx
+ * @param {Agent | undefined} main
+ */
+export async function runQueue({ results }, main) {
+  // ---- W4: queue handoff --------------------------------------------------------------
+  const queue = {};
+  if (wants('w4')) {
+    process.stdout.write('W4 (queue, one session per waiter):');
+    for (let r = 0; r < opts.queueRounds; r++) {
+      for (const L of opts.queueLengths) {
+        const peers = (r + L) % 2 === 0 ? ['ours', 'herd'] : ['herd', 'ours'];
+        for (const peer of peers) {
+          process.stdout.write(` ${peer}×${L}`);
+          const res = await /** @type {Agent} */ (main).request({
+            cmd: 'queue',
+            peer,
+            waiters: L,
+            holdMs: opts.holdMs,
+            releases: opts.queueReleases,
+            warmup: L + 10,
+            path: `${BASE}/W4-${peer}-${L}-${r}`,
+          });
+          const ok = res.counter === res.acquired && res.errors.length === 0;
+          if (!ok) fail(`W4 ${peer} ×${L}: counter ${res.counter} ≠ ${res.acquired} acquisitions ${res.errors.slice(0, 2).join(' | ')}`);
+          const q = (queue[`${peer}/${L}`] ??= { handoffs: [], perRelease: [], requestsPerRelease: [], cpuPerRelease: [], ok: true });
+          q.handoffs.push(...res.handoffs);
+          q.perRelease.push(res.notifications / res.releases);
+          q.requestsPerRelease.push(res.requests / res.releases);
+          q.cpuPerRelease.push((res.cpuMs * 1000) / res.releases);
+          q.ok &&= ok;
+        }
+      }
+    }
+    const floor = await /** @type {Agent} */ (main).request({ cmd: 'notifyFloor', samples: opts.queueReleases, path: `${BASE}/W4-floor` });
+    results.notifyFloor = { p50: percentile(floor.times, 50), p99: percentile(floor.times, 99), samples: floor.times.length };
+    await /** @type {Agent} */ (main).request({ cmd: 'closePool' });
+    process.stdout.write('\n');
+  }
+  results.queue = Object.fromEntries(
+    Object.entries(queue).map(([k, q]) => [
+      k,
+      {
+        handoffP50: percentile(q.handoffs, 50),
+        handoffP99: percentile(q.handoffs, 99),
+        samples: q.handoffs.length,
+        notificationsPerRelease: median(q.perRelease),
+        notificationsPerReleaseRounds: q.perRelease,
+        requestsPerRelease: median(q.requestsPerRelease),
+        clientCpuUsPerRelease: median(q.cpuPerRelease),
+        check: q.ok ? 'ok' : 'FAILED',
+      },
+    ]),
+  );
+}
+
+/**
+ * The semaphore and the read-write lock, alternating round by round.
+ * @param {BenchContext} ctx
+ * @param {Agent | undefined} main
+ */
+export async function runRecipes({ results }, main) {
+  // ---- Semaphore and read-write lock ----------------------------------------------------
+  const semRounds = [];
+  const rwRounds = [];
+  if (wants('sem') || wants('rw')) {
+    process.stdout.write('semaphore / read-write:');
+    for (let r = 0; r < opts.rounds; r++) {
+      process.stdout.write(` ${r + 1}`);
+      const jobs = [];
+      if (wants('sem')) jobs.push('sem');
+      if (wants('rw')) jobs.push('rw');
+      if (r % 2) jobs.reverse();
+      for (const job of jobs) {
+        const t0 = Date.now() + 60;
+        const t1 = t0 + opts.roundMs;
+        if (job === 'sem') {
+          const res = await /** @type {Agent} */ (main).request({ cmd: 'semaphore', permits: 4, workers: 16, holdMs: opts.recipeHoldMs, path: `${BASE}/sem`, t0, t1 });
+          const ok = res.maxInside <= 4 && res.released === res.acquired && res.errors.length === 0;
+          if (!ok) fail(`semaphore: max ${res.maxInside} holders for 4 permits ${res.errors.slice(0, 2).join(' | ')}`);
+          semRounds.push({ opsPerSec: (res.inWindow * 1000) / opts.roundMs, lat: res.lat, maxInside: res.maxInside, ok, cpuUsPerOp: (res.cpuMs * 1000) / res.acquired });
+        } else {
+          const res = await /** @type {Agent} */ (main).request({ cmd: 'rw', workers: 16, readShare: 0.9, holdMs: opts.recipeHoldMs, path: `${BASE}/rw`, t0, t1 });
+          const ok = res.violations === 0 && res.counter === res.writes && res.errors.length === 0;
+          if (!ok) fail(`read-write: ${res.violations} violations, counter ${res.counter} ≠ ${res.writes} writes ${res.errors.slice(0, 2).join(' | ')}`);
+          rwRounds.push({
+            opsPerSec: (res.inWindow * 1000) / opts.roundMs,
+            readLat: res.lat.read,
+            writeLat: res.lat.write,
+            maxReaders: res.maxReaders,
+            reads: res.reads,
+            writes: res.writes,
+            ok,
+            cpuUsPerOp: (res.cpuMs * 1000) / (res.reads + res.writes),
+          });
+        }
+      }
+    }
+    process.stdout.write('\n');
+  }
+  results.semaphore = semRounds.length
+    ? {
+        opsPerSec: median(semRounds.map((r) => r.opsPerSec)),
+        range: rangeOf(semRounds.map((r) => r.opsPerSec)),
+        p50: percentile(semRounds.flatMap((r) => r.lat), 50),
+        p99: percentile(semRounds.flatMap((r) => r.lat), 99),
+        maxHolders: Math.max(...semRounds.map((r) => r.maxInside)),
+        cpuUsPerOp: median(semRounds.map((r) => r.cpuUsPerOp)),
+        check: semRounds.every((r) => r.ok) ? 'ok' : 'FAILED',
+      }
+    : undefined;
+  results.readWrite = rwRounds.length
+    ? {
+        opsPerSec: median(rwRounds.map((r) => r.opsPerSec)),
+        range: rangeOf(rwRounds.map((r) => r.opsPerSec)),
+        readP50: percentile(rwRounds.flatMap((r) => r.readLat), 50),
+        readP99: percentile(rwRounds.flatMap((r) => r.readLat), 99),
+        writeP50: percentile(rwRounds.flatMap((r) => r.writeLat), 50),
+        writeP99: percentile(rwRounds.flatMap((r) => r.writeLat), 99),
+        maxReaders: Math.max(...rwRounds.map((r) => r.maxReaders)),
+        writeShare: rwRounds.reduce((n, r) => n + r.writes, 0) / rwRounds.reduce((n, r) => n + r.reads + r.writes, 0),
+        cpuUsPerOp: median(rwRounds.map((r) => r.cpuUsPerOp)),
+        check: rwRounds.every((r) => r.ok) ? 'ok' : 'FAILED',
+      }
+    : undefined;
+}
+
+/**
+ * Scale: many distinct locks held at once, many waiters on one lock.
+ * @param {BenchContext} ctx
+ */
+export async function runScale({ zk, zkPid, config, agents, track, results }) {
+  // ---- Scale ---------------------------------------------------------------------------
+  if (wants('scale')) {
+    process.stdout.write('scale: ');
+    const agent = track(nodeAgent('agent-scale', config));
+    await agent.ready;
+    process.stdout.write(`${opts.scaleLocks} locks… `);
+    const serverSide = async (work) => {
+      const z0 = await mntr(zk);
+      const c0 = processCpuMs(zkPid);
+      const res = await work();
+      const c1 = processCpuMs(zkPid);
+      const z1 = await mntr(zk);
+      return { ...res, zkRequests: z1.zk_packets_received - z0.zk_packets_received, zkNotifications: notificationsIn(z0, z1), zkCpuMs: c0 === undefined || c1 === undefined ? undefined : c1 - c0 };
+    };
+    const locks = await serverSide(() => agent.request({ cmd: 'scaleLocks', count: opts.scaleLocks, base: `${BASE}/scale` }));
+    const locksOk = locks.held === locks.count && locks.counter === locks.count && locks.distinctPaths === locks.count;
+    if (!locksOk) fail(`scale: ${locks.held} of ${locks.count} locks held at once, counter ${locks.counter}`);
+    process.stdout.write(`${opts.scaleWaiters} waiters… `);
+    const waiters = await serverSide(() => agent.request({ cmd: 'scaleWaiters', count: opts.scaleWaiters, path: `${BASE}/waiters` }));
+    const waitersOk = waiters.counter === waiters.count && waiters.acquired === waiters.count && waiters.errors.length === 0;
+    if (!waitersOk) fail(`1000 waiters: counter ${waiters.counter} ≠ ${waiters.count} ${waiters.errors.slice(0, 2).join(' | ')}`);
+    await agent.close();
+    agents.splice(agents.indexOf(agent), 1);
+    results.scale = { locks: { ...locks, check: locksOk ? 'ok' : 'FAILED' }, waiters: { ...waiters, check: waitersOk ? 'ok' : 'FAILED' } };
+    process.stdout.write('done\n');
+  }
+}
+
+/**
+ * Churn: a mix of acquires, tries, timeouts and leases; heap after GC before and after.
+ * @param {BenchContext} ctx
+ */
+export async function runChurn({ config, agents, track, results }) {
+  // ---- Churn ---------------------------------------------------------------------------
+  if (wants('churn')) {
+    process.stdout.write(`churn: ${opts.churnSeconds} s… `);
+    const agent = track(nodeAgent('agent-churn', config));
+    await agent.ready;
+    const res = await agent.request({ cmd: 'churn', seconds: opts.churnSeconds, base: `${BASE}/churn`, sampleEverySeconds: opts.churnSeconds >= 60 ? 15 : 5 });
+    await agent.close();
+    agents.splice(agents.indexOf(agent), 1);
+    const ok = res.counter === res.hotAcquired && res.errors.length === 0;
+    if (!ok) fail(`churn: counter ${res.counter} ≠ ${res.hotAcquired} ${res.errors.slice(0, 2).join(' | ')}`);
+    results.churn = { ...res, check: ok ? 'ok' : 'FAILED', heapGrowth: res.after.heapUsed - res.before.heapUsed };
+    process.stdout.write('done\n');
+  }
+}
+
+/**
+ * Profiles (opt-in): the V8 sampling profiler over one measured window per workload.
+ * @param {BenchContext} ctx
+ */
+export async function runProfiles(ctx) {
+  const { config, agents, track, results } = ctx;
+  // ---- Profiles (opt-in): V8 sampling profiler over one measured window per workload ------
+  if (opts.profile) {
+    results.profiles = {};
+    const dir = join(BENCH_DIR, 'results', `profiles-${stamp()}`);
+    mkdirSync(dir, { recursive: true });
+    const agent = track(nodeAgent('agent-prof', config));
+    await agent.ready;
+    for (const [name, peer, workers] of /** @type {[string, string, number][]} */ ([
+      ['raw', 'raw', 1],
+      ['W1-ours', 'ours', 1],
+      ['W2-ours', 'ours', 8],
+      ['W2-herd', 'herd', 8],
+    ])) {
+      process.stdout.write(`profile ${name}… `);
+      const file = join(dir, `${name}.cpuprofile`);
+      await timed(ctx, { workload: `prof-${name}`, peer, agents: [agent], workers, ms: 500 }); // warm-up
+      const r = await timed(ctx, { workload: `prof-${name}`, peer, agents: [agent], workers, ms: opts.profileSeconds * 1000, profile: file });
+      const summary = summarizeCpuProfile(file);
+      results.profiles[name] = { opsPerSec: r.opsPerSec, acquired: r.acquired, clientCpuUsPerOp: r.clientCpuUsPerOp, serverCpuUsPerOp: r.serverCpuUsPerOp, ...summary, file };
+    }
+    await agent.close();
+    agents.splice(agents.indexOf(agent), 1);
+    process.stdout.write('\n');
+  }
+}

@@ -1,0 +1,52 @@
+// The workers' data store (over the IPC channel): a fenced counter per lock. A read or write
+// carrying a token lower than one the store has seen is rejected and counted.
+import { run } from './state.mjs';
+
+export function newStore() {
+  return {
+    value: 0,
+    maxToken: -1n,
+    /** Latest acquisition time among the holders that have used the store. */
+    maxAcqTouched: -Infinity,
+    reads: 0,
+    accepted: 0,
+    rejectedReads: 0,
+    rejectedWrites: 0,
+    /** Accepted writes of a holder when a holder that acquired later had already used the store. */
+    staleAccepted: 0,
+    /** Rejections of the newest holder (its token was lower than an older holder's). */
+    falseRejects: 0,
+    /** Accepted writes based on a value that was no longer current. */
+    lostUpdates: 0,
+    lateAccepted: 0,
+    lateRejected: 0,
+  };
+}
+export const store = { mutex: newStore(), rw: newStore() };
+
+export function storeOp(m) {
+  run.storeOps++;
+  const s = store[m.store];
+  if (m.t === 'peek') return { ok: true, value: s.value };
+  const token = BigInt(m.token);
+  const laterHolderActive = m.acquiredAt < s.maxAcqTouched;
+  s.maxAcqTouched = Math.max(s.maxAcqTouched, m.acquiredAt);
+  if (token < s.maxToken) {
+    if (m.t === 'read') s.rejectedReads++;
+    else s.rejectedWrites++;
+    if (m.late) s.lateRejected++;
+    if (!laterHolderActive) s.falseRejects++;
+    return { ok: false };
+  }
+  s.maxToken = token;
+  if (m.t === 'read') {
+    s.reads++;
+    return { ok: true, value: s.value };
+  }
+  if (laterHolderActive) s.staleAccepted++;
+  if (m.expect !== s.value) s.lostUpdates++;
+  s.value = m.value;
+  s.accepted++;
+  if (m.late) s.lateAccepted++;
+  return { ok: true };
+}

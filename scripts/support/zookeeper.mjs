@@ -1,0 +1,328 @@
+// Throw-away ZooKeeper servers on 127.0.0.1 and the four-letter words to watch them, for the
+// tests (test/support/zk-server.ts re-exports this), the bench, the chaos runners and the demo.
+// A thin typed wrapper over scripts/zookeeper.sh, which owns the process handling. Node builtins
+// only, and no ZooKeeper session: what the tooling observes must not depend on the library.
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { existsSync, readFileSync, readdirSync } from 'node:fs';
+import { createConnection } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
+export const ZK_SCRIPT = join(REPO_ROOT, 'scripts', 'zookeeper.sh');
+
+/** @typedef {'leader' | 'follower' | 'standalone' | 'down'} ZkMode */
+/**
+ * @typedef {object} ZkServerInfo
+ * @property {number} id
+ * @property {number} port
+ * @property {number} pid 0 while the server is stopped
+ */
+/**
+ * @typedef {object} ScriptOptions
+ * @property {boolean} [echoStderr] pass the script's messages (progress, errors) on to our stderr
+ * @property {boolean} [echoStdout] pass its stdout on too (e.g. `install`'s progress)
+ */
+
+/**
+ * Runs `bash scripts/zookeeper.sh ...args`; resolves with the last stdout line (for `start` and
+ * `ensemble`: the connect string).
+ * @param {string[]} args
+ * @param {ScriptOptions} [options]
+ * @returns {Promise<string>}
+ */
+export function zkScript(args, { echoStderr = false, echoStdout = false } = {}) {
+  return new Promise((resolve, reject) => {
+    const child = execFile(
+      'bash',
+      [ZK_SCRIPT, ...args],
+      { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024, timeout: 300_000 },
+      (err, stdout, stderr) => {
+        if (err) reject(new Error(`scripts/zookeeper.sh ${args.join(' ')} failed: ${err.message}\n${stderr}`));
+        else resolve(stdout.trim().split('\n').pop() ?? '');
+      },
+    );
+    if (echoStderr) child.stderr?.pipe(process.stderr, { end: false });
+    if (echoStdout) child.stdout?.pipe(process.stdout, { end: false });
+  });
+}
+
+/**
+ * Sends a four-letter word (ruok, srvr, mntr, dump, ...) to a server; resolves with the answer.
+ * @param {number | string} server a port on 127.0.0.1, or "host:port"
+ * @param {string} cmd
+ * @param {number} [timeoutMs] of silence on the socket before giving up
+ * @returns {Promise<string>}
+ */
+export function fourLetter(server, cmd, timeoutMs = 2000) {
+  const [host, port] = typeof server === 'number' ? ['127.0.0.1', server] : splitHostPort(server);
+  return new Promise((resolve, reject) => {
+    /** @type {Buffer[]} */
+    const chunks = [];
+    const socket = createConnection({ host, port }, () => socket.end(cmd));
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`${cmd} to ${host}:${port} timed out`)));
+    socket.on('data', (c) => chunks.push(c));
+    socket.on('error', reject);
+    socket.on('close', (hadError) => {
+      if (!hadError) resolve(Buffer.concat(chunks).toString('utf8'));
+    });
+  });
+}
+
+/**
+ * @param {string} hostPort
+ * @returns {[string, number]}
+ */
+function splitHostPort(hostPort) {
+  const i = hostPort.lastIndexOf(':');
+  return [hostPort.slice(0, i), Number(hostPort.slice(i + 1))];
+}
+
+/**
+ * Mode of a server as `srvr` reports it; 'down' when it does not serve.
+ * @param {number | string} server a port on 127.0.0.1, or "host:port"
+ * @param {number} [timeoutMs]
+ * @returns {Promise<ZkMode>}
+ */
+export async function modeOf(server, timeoutMs = 2000) {
+  try {
+    const m = /^Mode: (leader|follower|standalone)$/m.exec(await fourLetter(server, 'srvr', timeoutMs));
+    return m ? /** @type {ZkMode} */ (m[1]) : 'down';
+  } catch {
+    return 'down';
+  }
+}
+
+/**
+ * Polls `check` every `intervalMs` until it returns a value other than undefined.
+ * @template T
+ * @param {string} what for the timeout's message
+ * @param {() => Promise<T | undefined>} check
+ * @param {number} [timeoutMs]
+ * @param {number} [intervalMs]
+ * @returns {Promise<T>}
+ */
+export async function waitFor(what, check, timeoutMs = 30_000, intervalMs = 100) {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/**
+ * A path for a new server folder: it does not exist yet (the script creates it, and a full stop
+ * removes it again).
+ * @param {string} [label] tells apart whose servers these are in the temp dir
+ */
+export function newZkDir(label = 'zk') {
+  return join(tmpdir(), `nestjs-zk-lock-${label}.${randomBytes(6).toString('hex')}`);
+}
+
+/** The servers recorded in a folder made by scripts/zookeeper.sh, controlled through it. */
+export class ZkServerHandle {
+  /**
+   * @param {string} dir the servers' config, data and logs (layout: see scripts/zookeeper.sh);
+   *   it may be created later (the handle reads it afresh on every access)
+   * @param {ScriptOptions} [scriptOptions] for every script run through this handle
+   */
+  constructor(dir, scriptOptions = {}) {
+    /** @readonly */
+    this.dir = dir;
+    /** @private @readonly */
+    this.scriptOptions = scriptOptions;
+  }
+
+  /** The connect string of all servers (`host:port,...`). */
+  get connectString() {
+    return this.read('connect');
+  }
+
+  /**
+   * The servers as recorded in `dir`, read afresh on every access.
+   * @returns {ZkServerInfo[]}
+   */
+  get servers() {
+    return readdirSync(this.dir)
+      .map((f) => /^server\.(\d+)\.cfg$/.exec(f))
+      .filter((m) => m !== null)
+      .map((m) => this.server(Number(m[1])))
+      .sort((a, b) => a.id - b.id);
+  }
+
+  /**
+   * @param {number} id
+   * @returns {ZkServerInfo}
+   */
+  server(id) {
+    const pid = existsSync(join(this.dir, `server.${id}.pid`)) ? Number(this.read(`server.${id}.pid`)) : 0;
+    return { id, port: Number(this.read(`server.${id}.port`)), pid };
+  }
+
+  /**
+   * Runs scripts/zookeeper.sh with this handle's script options.
+   * @param {string[]} args
+   */
+  script(args) {
+    return zkScript(args, this.scriptOptions);
+  }
+
+  /**
+   * Stops every server (SIGTERM, then SIGKILL after a few seconds); removes `dir` if the script made it.
+   * @returns {Promise<void>}
+   */
+  async stop() {
+    if (existsSync(this.dir)) await this.script(['stop', '--dir', this.dir]);
+  }
+
+  /**
+   * Stops one server, keeping its data so that restartServer(id) can bring it back.
+   * @param {number} id
+   * @param {'SIGTERM' | 'SIGKILL'} [signal]
+   * @returns {Promise<void>}
+   */
+  async stopServer(id, signal = 'SIGTERM') {
+    await this.script(['stop', '--dir', this.dir, '--id', String(id), '--signal', signal]);
+  }
+
+  /**
+   * Starts a stopped server again; resolves once it serves (for an ensemble: leader or follower).
+   * @param {number} id
+   * @returns {Promise<void>}
+   */
+  async restartServer(id) {
+    await this.script(['restart', '--dir', this.dir, '--id', String(id)]);
+  }
+
+  /**
+   * @param {number} id
+   * @param {string} cmd
+   * @param {number} [timeoutMs]
+   */
+  fourLetter(id, cmd, timeoutMs) {
+    return fourLetter(this.server(id).port, cmd, timeoutMs);
+  }
+
+  /**
+   * @param {number} id
+   * @param {number} [timeoutMs]
+   */
+  mode(id, timeoutMs) {
+    return modeOf(this.server(id).port, timeoutMs);
+  }
+
+  /**
+   * SIGSTOP: the server hangs (no answers, no heartbeats) until resume(id).
+   * @param {number} id
+   */
+  pause(id) {
+    const pid = this.livePid(id);
+    process.kill(pid, 'SIGSTOP');
+    // kill() only queues the stop: a JVM thread running on the other core can still answer a
+    // request for a moment (seen once in a loaded run). Return once every thread is stopped.
+    const stopped = () =>
+      readdirSync(`/proc/${pid}/task`).every((tid) => {
+        try {
+          return / [tT] /.test(readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8').replace(/^.*\)/s, ''));
+        } catch {
+          return true; // the thread is gone
+        }
+      });
+    const until = Date.now() + 5000;
+    while (!stopped() && Date.now() < until) Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 5);
+  }
+
+  /** @param {number} id */
+  resume(id) {
+    process.kill(this.livePid(id), 'SIGCONT');
+  }
+
+  /**
+   * @private
+   * @param {number} id
+   */
+  livePid(id) {
+    const { pid } = this.server(id);
+    const cmdline = pid > 0 && existsSync(`/proc/${pid}/cmdline`) ? readFileSync(`/proc/${pid}/cmdline`, 'utf8') : '';
+    if (!cmdline.includes(join(this.dir, `server.${id}.cfg`))) throw new Error(`ZooKeeper server ${id} is not running`);
+    return pid;
+  }
+
+  /**
+   * @private
+   * @param {string} file
+   */
+  read(file) {
+    return readFileSync(join(this.dir, file), 'utf8').trim();
+  }
+}
+
+export class ZkEnsembleHandle extends ZkServerHandle {
+  /**
+   * Ids of the servers that currently report Mode: leader (normally exactly one).
+   * @returns {Promise<number[]>}
+   */
+  async leaders() {
+    const modes = await Promise.all(this.servers.map(async (s) => /** @type {const} */ ([s.id, await this.mode(s.id, 1000)])));
+    return modes.filter(([, m]) => m === 'leader').map(([id]) => id);
+  }
+
+  /**
+   * Waits until exactly one server is leader (optionally: not one of `exclude`); returns its id.
+   * @param {number[]} [exclude]
+   * @param {number} [timeoutMs]
+   * @returns {Promise<number>}
+   */
+  waitForLeader(exclude = [], timeoutMs = 30_000) {
+    return waitFor(`a ZooKeeper leader (excluding ${exclude.join(',') || 'none'})`, async () => {
+      const leaders = await this.leaders();
+      return leaders.length === 1 && !exclude.includes(leaders[0]) ? leaders[0] : undefined;
+    }, timeoutMs);
+  }
+}
+
+/**
+ * @typedef {object} StartOptions
+ * @property {string} [dir] default: newZkDir(); the script creates it and stop() removes it
+ * @property {number} [ownerPid] the servers are stopped once this process exits (default: this
+ *   one), even if stop() never runs
+ * @property {boolean} [echoStderr] pass the script's messages on to our stderr (this and later runs)
+ */
+
+/**
+ * @param {string} cmd
+ * @param {StartOptions} opts
+ * @returns {[string, string[]]}
+ */
+function startArgs(cmd, opts) {
+  const dir = opts.dir ?? newZkDir();
+  return [dir, [cmd, '--dir', dir, '--owner-pid', String(opts.ownerPid ?? process.pid)]];
+}
+
+/**
+ * One standalone server (id 1) on 127.0.0.1 (on `port`, or a free one).
+ * @param {StartOptions & { port?: number }} [opts]
+ * @returns {Promise<ZkServerHandle>}
+ */
+export async function startStandalone(opts = {}) {
+  const [dir, args] = startArgs('start', opts);
+  const handle = new ZkServerHandle(dir, { echoStderr: opts.echoStderr });
+  await handle.script(opts.port ? [...args, '--port', String(opts.port)] : args);
+  return handle;
+}
+
+/**
+ * Three servers in a real quorum on 127.0.0.1; resolves once one of them leads.
+ * @param {StartOptions} [opts]
+ * @returns {Promise<ZkEnsembleHandle>}
+ */
+export async function startEnsemble(opts = {}) {
+  const [dir, args] = startArgs('ensemble', opts);
+  const handle = new ZkEnsembleHandle(dir, { echoStderr: opts.echoStderr });
+  await handle.script(args);
+  return handle;
+}
