@@ -132,7 +132,7 @@ export class LockEngine {
   }
 
   private warnIfAddonUnfixed(): void {
-    if (addonWarned) return;
+    if (addonWarned || !this.connection.usesAddon) return;
     let version: number;
     try {
       version = addonFixVersion();

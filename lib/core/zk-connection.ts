@@ -80,6 +80,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.setMaxListeners(0);
   }
 
+  /** Whether sessions come from the `zookeeper` addon (not, say, the testing kit's in-memory server). */
+  get usesAddon(): boolean {
+    return this.openWith === nativeSessionFactory;
+  }
+
   get state(): ConnectionState {
     return this.currentState;
   }

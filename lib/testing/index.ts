@@ -1,14 +1,16 @@
 /**
- * `nestjs-zk-lock/testing`: an in-memory LockService for unit tests of code that uses
- * `LockService` or `@WithLock`, without ZooKeeper.
+ * `nestjs-zk-lock/testing`: the real LockService over an in-memory ZooKeeper, for unit tests of
+ * code that uses `LockService` or `@WithLock`, without a ZooKeeper server or the native addon.
  */
 import { Module, type DynamicModule } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { WithLockExplorer } from '../nest/with-lock.explorer.js';
 import { FAKE_LOCK_OPTIONS, FakeLockService, type FakeLockServiceOptions } from './fake-lock.service.js';
 
 export { FakeLockService, FakeLockStore, FAKE_LOCK_OPTIONS, type FakeLockServiceOptions } from './fake-lock.service.js';
+export { InMemoryZooKeeper, type InMemoryZooKeeperOptions, type InMemorySessionInfo } from './in-memory-zookeeper.js';
 
 /** @publicApi */
 export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions {
@@ -17,9 +19,9 @@ export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions {
 }
 
 /**
- * Stands in for `ZkLockModule` in tests: provides `LockService` as a `FakeLockService` (also
- * injectable as `FakeLockService`, for its test helpers) and checks `@WithLock` names at startup
- * like the real module.
+ * Stands in for `ZkLockModule` in tests: provides `LockService` as a `FakeLockService` (the real
+ * service over an in-memory ZooKeeper; also injectable as `FakeLockService`, for its test helpers)
+ * and `ZkConnection`, and checks `@WithLock` methods at startup like the real module.
  *
  * ```ts
  * Test.createTestingModule({ imports: [ZkLockTestingModule.forRoot(), SalesModule] })
@@ -38,9 +40,10 @@ export class ZkLockTestingModule {
         { provide: FAKE_LOCK_OPTIONS, useValue: fakeOptions },
         FakeLockService,
         { provide: LockService, useExisting: FakeLockService },
+        { provide: ZkConnection, inject: [FakeLockService], useFactory: (locks: FakeLockService) => locks.connection },
         WithLockExplorer,
       ],
-      exports: [LockService, FakeLockService],
+      exports: [LockService, FakeLockService, ZkConnection],
     };
   }
 }

@@ -189,7 +189,7 @@ describe('FakeLockService', () => {
       const lease = await locks.mutex('e').acquire();
       const other = new FakeLockService({ store: locks.store });
       const waiting = other.mutex('e').acquire();
-      locks.expireSession();
+      await locks.expireSession();
       expect(lease.signal.aborted).toBe(true);
       expect((lease.signal.reason as LockLostError).reason).toBe('session-expired');
       const got = await waiting;
@@ -339,9 +339,41 @@ describe('FakeLockService', () => {
       expect(await two.inspect('job')).toBeNull();
     });
 
+    it('a service cut off (disconnect) keeps its lock until its session expires, then another takes over', async () => {
+      const one = new FakeLockService({ store: locks.store, sessionTimeoutMs: 1000 });
+      const two = new FakeLockService({ store: locks.store });
+      const lease = await one.mutex('cut').acquire();
+      const waiting = two.mutex('cut').acquire({ waitMs: 10_000 });
+      one.disconnect();
+      // Its lease's signal aborts before the server may expire the session (the real rule).
+      await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+      expect(lease.signal.reason).toMatchObject({ reason: 'session-timeout' });
+      const got = await waiting;
+      expect(got.sessionId).toBe(two.sessionId);
+      await got.release();
+      one.reconnect(); // too late: it learns the session expired and opens a new one
+      await expect(one.withLock('cut', () => 'again', { waitMs: 5000 })).resolves.toBe('again');
+    });
+
+    it('a short disconnect keeps the session and the lock', async () => {
+      const one = new FakeLockService({ store: locks.store });
+      const lease = await one.mutex('blip').acquire();
+      one.disconnect();
+      await settle();
+      expect(one.state).toBe('suspended');
+      one.reconnect();
+      await settle();
+      expect(one.state).toBe('connected');
+      expect(lease.isHeld).toBe(true);
+      expect(one.isLocked('blip')).toBe(true);
+      await lease.release();
+    });
+
     it('inspect lists what is held and waited for under the base path', async () => {
       const held = await locks.mutex('a').acquire();
-      const waiting = locks.mutex('a').acquire();
+      // Another instance waits (this one's own callers would queue in memory behind its node).
+      const waiting = new FakeLockService({ store: locks.store }).mutex('a').acquire();
+      await settle();
       const reader = await locks.readWriteLock('b').read.acquire();
       const lease = await locks.semaphore('c', { permits: 3 }).acquire({ permits: 2 });
       const outside = await locks.mutex('/elsewhere').acquire();
@@ -381,10 +413,10 @@ describe('FakeLockService', () => {
 
   it('on shutdown gives up waits (reason connection), ends leases (signal: shutdown) and refuses new acquires', async () => {
     const held = await locks.mutex('s').acquire();
-    const waiting = locks.mutex('s').acquire();
+    const waiting = notAcquired(locks.mutex('s').acquire());
     await settle();
     await locks.onApplicationShutdown();
-    expect((await notAcquired(waiting)).reason).toBe('connection');
+    expect((await waiting).reason).toBe('connection');
     expect(held.isHeld).toBe(false);
     expect(held.signal.reason).toMatchObject({ reason: 'shutdown' });
     expect((await notAcquired(locks.mutex('s').acquire())).reason).toBe('connection');
