@@ -76,8 +76,10 @@ export type LockLostReason =
   | 'lease-expired'
   /** The connection was closed while the lock was held. */
   | 'connection-closed'
-  /** The application shut down and the holder had not released within `shutdownGraceMs`. */
-  | 'shutdown';
+  /** The application shut down and the holder had not released within `shutdownGraceMs` (a leader: at once). */
+  | 'shutdown'
+  /** A leader stepped down (`Leadership.stepDown()` / `close()`). */
+  | 'stepped-down';
 
 /** The reason a lease's `signal` aborts with. */
 export class LockLostError extends ZkLockError {

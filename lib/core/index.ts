@@ -13,6 +13,7 @@ export { Mutex, type MutexOptions } from './mutex.js';
 export { Semaphore, type SemaphoreOptions, type SemaphoreAcquireOptions } from './semaphore.js';
 export { ReadWriteLock, ReadLock, WriteLock, type ReadWriteLockOptions } from './read-write-lock.js';
 export { MultiLock } from './multi-lock.js';
+export { Leadership, type LeadershipOptions, type LeadershipTerm, type LeadershipEvents, type Participant } from './leadership.js';
 export { LeaseGroup } from './multi-lease.js';
 export { LockContext, type LockContextValue } from './lock-context.js';
 export { parseHolderData, type HolderInfo } from './holder-data.js';

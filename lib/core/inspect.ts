@@ -9,10 +9,10 @@ import type { ZkSession, ZkStat } from './zk-session.js';
  * What a lock node looks like from outside: `idle` is a lock path with nobody in it (its kind
  * cannot be told then; ZooKeeper reaps it soon).
  */
-export type InspectedLockKind = 'mutex' | 'read-write' | 'semaphore' | 'idle';
+export type InspectedLockKind = 'mutex' | 'read-write' | 'semaphore' | 'leadership' | 'idle';
 
 /** The role of one node in a lock's queue: `other` is a child that follows no known layout. */
-export type ContenderMode = 'lock' | 'read' | 'write' | 'lease' | 'other';
+export type ContenderMode = 'lock' | 'read' | 'write' | 'lease' | 'latch' | 'other';
 
 /** One node in a lock's queue (a holder or a waiter). @publicApi */
 export interface ContenderInfo {
@@ -81,6 +81,8 @@ export interface InspectLocksOptions {
 const MUTEX_CHILD = /lock-\d{10}$/;
 const RW_CHILD = /__(?:READ|WRIT)__\d{10}$/;
 const LEASE_CHILD = /lease-\d{10}$/;
+/** A leader election's participant (Curator LeaderLatch); its data is the participant id. */
+const LATCH_CHILD = /latch-\d{10}$/;
 const READ = '__READ__';
 const WRITE = '__WRIT__';
 const RW_MARKERS = [READ, WRITE] as const;
@@ -94,6 +96,7 @@ function classify(children: readonly string[]): Exclude<InspectedLockKind, 'idle
   if (children.includes('leases') && children.every((c) => SEMAPHORE_CHILDREN.has(c))) return 'semaphore';
   if (children.some((c) => RW_CHILD.test(c))) return 'read-write';
   if (children.some((c) => MUTEX_CHILD.test(c))) return 'mutex';
+  if (children.some((c) => LATCH_CHILD.test(c))) return 'leadership';
   return undefined;
 }
 
@@ -217,6 +220,7 @@ function modeOf(node: string): ContenderMode {
   if (RW_CHILD.test(node)) return node.lastIndexOf(READ) > node.lastIndexOf(WRITE) ? 'read' : 'write';
   if (MUTEX_CHILD.test(node)) return 'lock';
   if (LEASE_CHILD.test(node)) return 'lease';
+  if (LATCH_CHILD.test(node)) return 'latch';
   return 'other';
 }
 
@@ -251,6 +255,11 @@ async function readLock(
     case 'mutex': {
       const nodes = await readNodes(session, path, sortChildren(children, ['lock-']), limit);
       return split(path, 'mutex', nodes, (_node, index) => index === 0);
+    }
+    case 'leadership': {
+      // The lowest participant leads; the others wait in line.
+      const nodes = await readNodes(session, path, sortChildren(children.filter((c) => LATCH_CHILD.test(c)), ['latch-']), limit);
+      return split(path, 'leadership', nodes, (_node, index) => index === 0);
     }
     default:
       // Empty, or children that follow no lock layout (e.g. a parent of lock paths).

@@ -41,6 +41,8 @@ export interface QueueSpec {
    * lock takes its writer's sequence, as Curator 5.5+ does).
    */
   fixedSuffix?: string;
+  /** The node's data; default the engine's holder data (a leader's node carries its participant id). */
+  data?: () => Buffer;
 }
 
 /** Thrown by a queue pinned to one session when that session ends (the caller starts over). */
@@ -157,7 +159,7 @@ class QueueWaiter {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
-      data: this.engine.nodeData(),
+      data: this.spec.data?.() ?? this.engine.nodeData(),
       sequential: fixedSuffix === undefined,
     });
     let path: string | undefined;

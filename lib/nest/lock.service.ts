@@ -5,6 +5,7 @@ import { LockEngine } from '../core/lock-engine.js';
 import { resolveLockPath } from '../core/lock-path.js';
 import { Mutex, type MutexOptions } from '../core/mutex.js';
 import { MultiLock } from '../core/multi-lock.js';
+import { Leadership, type LeadershipOptions } from '../core/leadership.js';
 import type { Lockable } from '../core/lock-recipe.js';
 import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
 import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
@@ -50,6 +51,14 @@ export class LockService {
     // A name given twice is one lock, taken once; the same object twice is a usage error (MultiLock).
     const unique = members.filter((m, i) => typeof m !== 'string' || members.indexOf(m) === i);
     return new MultiLock(unique.map((m) => (typeof m === 'string' ? this.mutex(m) : m)));
+  }
+
+  /**
+   * The leader election `name` (Curator LeaderLatch layout, so Java services take part): call
+   * `start()` to join it; `close()` (or the application's shutdown) leaves it.
+   */
+  leadership(name: string, options?: LeadershipOptions): Leadership {
+    return new Leadership(this.engine, name, resolveLockPath(this.engine.basePath, name), options);
   }
 
   /** Acquires the mutex `name`, runs `fn` with the lease, releases in `finally`. */

@@ -355,6 +355,19 @@ describe('FakeLockService', () => {
       await expect(one.withLock('cut', () => 'again', { waitMs: 5000 })).resolves.toBe('again');
     });
 
+    it('runs leader elections too (the real recipe): an expired leader is followed by the next', async () => {
+      const one = new FakeLockService({ store: locks.store }).leadership('jobs').start();
+      const two = new FakeLockService({ store: locks.store }).leadership('jobs');
+      const term = await one.whenLeader();
+      two.start();
+      while ((await two.participants()).length < 2) await settle(); // queued behind the leader
+      const next = two.whenLeader();
+      locks.store.expire(term.sessionId);
+      await next;
+      expect(term.signal.aborted).toBe(true);
+      await Promise.all([one.close(), two.close()]);
+    });
+
     it('a short disconnect keeps the session and the lock', async () => {
       const one = new FakeLockService({ store: locks.store });
       const lease = await one.mutex('blip').acquire();

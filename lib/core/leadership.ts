@@ -1,0 +1,230 @@
+import { EventEmitter } from 'node:events';
+import { hostname } from 'node:os';
+import { InvalidOptionError, LockLostError, type LockLostReason } from './errors.js';
+import { NodeLease } from './lease.js';
+import type { LockEngine } from './lock-engine.js';
+import { joinPath, sortChildren } from './lock-path.js';
+import { acquireInQueue, type QueueSpec } from './lock-queue.js';
+import { isZkCode, ZkCode } from './zk-error.js';
+
+/** @publicApi */
+export interface LeadershipOptions {
+  /**
+   * This participant's id, written as its node's data (Curator's LeaderLatch reads the data as
+   * the id). Default `<host>:<pid>`.
+   */
+  participantId?: string;
+}
+
+/** One term of leadership: from becoming leader until it ends (lost, stepped down, shut down). @publicApi */
+export interface LeadershipTerm {
+  /** Aborts (with a LockLostError) when this term ends, before anyone else can lead. */
+  readonly signal: AbortSignal;
+  /** Strictly increasing across successive leaders of the election (as a lock's fencing token). */
+  readonly fencingToken: bigint;
+  /** Our node in the election. */
+  readonly path: string;
+  readonly sessionId: string;
+}
+
+/** @publicApi */
+export interface Participant {
+  id: string;
+  /** The node's name under the election path. */
+  node: string;
+  isLeader: boolean;
+}
+
+export interface LeadershipEvents {
+  /** This participant leads: the term's signal is armed (its node is watched). */
+  gained: [term: LeadershipTerm];
+  /** The term ended; its signal has aborted. */
+  lost: [term: LeadershipTerm, reason: LockLostReason];
+  /** `close()` was called. */
+  closed: [];
+}
+
+const LATCH = 'latch-';
+
+/**
+ * A leader election with Curator's LeaderLatch layout: each participant queues a node
+ * `<path>/_c_<uuid>-latch-<seq>` (ephemeral sequential, its id as data), the lowest leads, each
+ * watches only its predecessor — so Java services using LeaderLatch on the same path take part in
+ * the same election. It runs on the lock queue, with a lock's promise: a term's `signal` aborts
+ * before anyone else can lead (session expired or past its deadline, node deleted, stepped down,
+ * shutdown). After a term ends the participant queues again at the tail, until `close()`.
+ * The engine's shutdown closes it first, so a successor takes over in about a round trip.
+ * @publicApi
+ */
+export class Leadership extends EventEmitter<LeadershipEvents> {
+  readonly participantId: string;
+  private readonly spec: QueueSpec;
+  private started = false;
+  private closed = false;
+  private current: { term: LeadershipTerm; lease: NodeLease; announced: boolean; end: (reason: LockLostReason) => void } | undefined;
+  private cancelQueueing: (() => void) | undefined;
+  private stopWatchingEngine: (() => void) | undefined;
+  private campaigning: Promise<void> | undefined;
+
+  constructor(
+    private readonly engine: LockEngine,
+    readonly name: string,
+    readonly path: string,
+    options: LeadershipOptions = {},
+  ) {
+    super();
+    const { participantId = `${hostname()}:${process.pid}` } = options ?? {};
+    if (typeof participantId !== 'string') throw new InvalidOptionError('participantId', 'expected a string');
+    this.participantId = participantId;
+    const data = Buffer.from(participantId, 'utf8');
+    this.spec = {
+      lockName: name,
+      kind: 'leadership',
+      lockPath: path,
+      parentPath: path,
+      nodeName: LATCH,
+      sortMarkers: [LATCH],
+      evaluate: (sorted, index) =>
+        index === 0 ? { holds: true } : { holds: false, watch: sorted[index - 1]!, holdsWhenGone: index === 1 },
+      data: () => data,
+    };
+  }
+
+  /** Joins the election (in the background); without effect once started. Returns this. */
+  start(): this {
+    if (this.started || this.closed) return this;
+    this.started = true;
+    this.stopWatchingEngine = this.engine.onStop(() => void this.close());
+    this.campaigning = this.campaign();
+    return this;
+  }
+
+  /** True while this participant leads (its term's signal has not aborted). */
+  get isLeader(): boolean {
+    const current = this.current;
+    return current !== undefined && current.announced && !current.term.signal.aborted && current.lease.isHeld;
+  }
+
+  /** The current term, while leading. */
+  get term(): LeadershipTerm | undefined {
+    return this.isLeader ? this.current!.term : undefined;
+  }
+
+  /** Resolves with the term once this participant leads (at once if it does); rejects when `signal` aborts or it closes. */
+  whenLeader(signal?: AbortSignal): Promise<LeadershipTerm> {
+    const term = this.term;
+    if (term) return Promise.resolve(term);
+    if (this.closed) return Promise.reject(new LockLostError(this.name, 'stepped-down'));
+    return new Promise((resolve, reject) => {
+      const onGained = (gained: LeadershipTerm) => finish(() => resolve(gained));
+      const onAbort = () => finish(() => reject(signal!.reason));
+      const onClosed = () => finish(() => reject(new LockLostError(this.name, 'stepped-down')));
+      const finish = (settle: () => void) => {
+        this.off('gained', onGained);
+        this.off('closed', onClosed);
+        signal?.removeEventListener('abort', onAbort);
+        settle();
+      };
+      if (signal?.aborted) return reject(signal.reason);
+      this.on('gained', onGained);
+      this.on('closed', onClosed);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** Ends the current term (its signal aborts, then its node goes) and queues again at the tail. */
+  async stepDown(): Promise<void> {
+    const current = this.current;
+    if (!current) return;
+    current.end('stepped-down');
+    await current.lease.release();
+  }
+
+  /** Leaves the election: ends the current term (signal first, then the node) or stops queueing. Idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return this.campaigning;
+    this.closed = true;
+    this.stopWatchingEngine?.();
+    this.cancelQueueing?.();
+    this.current?.end('stepped-down');
+    this.emit('closed');
+    await this.campaigning;
+  }
+
+  /** Every participant in queue order (the first leads), with the id its node carries. */
+  async participants(): Promise<Participant[]> {
+    const session = await this.engine.connection.whenConnected();
+    let children: string[];
+    try {
+      children = (await session.getChildren(this.path)).children;
+    } catch (error) {
+      if (isZkCode(error, ZkCode.NONODE)) return [];
+      throw error;
+    }
+    const sorted = sortChildren(children.filter((c) => c.includes(LATCH)), [LATCH]);
+    const read = await Promise.all(
+      sorted.map((node) =>
+        session.getData(joinPath(this.path, node)).then(
+          ({ data }) => data.toString('utf8'),
+          (error: unknown) => (isZkCode(error, ZkCode.NONODE) ? undefined : Promise.reject(error)),
+        ),
+      ),
+    );
+    const present = sorted.map((node, i) => ({ node, id: read[i] })).filter((p): p is { node: string; id: string } => p.id !== undefined);
+    return present.map((p, i) => ({ ...p, isLeader: i === 0 }));
+  }
+
+  /** The current leader, or null when nobody takes part. */
+  async leader(): Promise<Participant | null> {
+    return (await this.participants())[0] ?? null;
+  }
+
+  private async campaign(): Promise<void> {
+    while (!this.closed) {
+      let lease: NodeLease;
+      try {
+        const entry = await acquireInQueue(this.engine, this.spec, { onCancellable: (cancel) => (this.cancelQueueing = cancel) });
+        lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path });
+      } catch {
+        if (this.closed || this.engine.isShuttingDown || this.engine.connection.state === 'closed') break;
+        await new Promise((resolve) => setTimeout(resolve, 100).unref()); // e.g. an error from the server: try again
+        continue;
+      } finally {
+        this.cancelQueueing = undefined;
+      }
+      if (this.closed) {
+        await lease.release();
+        break;
+      }
+      await this.lead(lease);
+    }
+  }
+
+  /** One term: until the lease is lost or ended here. The term's signal aborts before the node goes. */
+  private async lead(lease: NodeLease): Promise<void> {
+    const controller = new AbortController();
+    const term: LeadershipTerm = { signal: controller.signal, fencingToken: lease.fencingToken, path: lease.path, sessionId: lease.sessionId };
+    const ended = new Promise<LockLostReason>((resolve) => {
+      const finish = (reason: LockLostReason) => {
+        lease.signal.removeEventListener('abort', onLost);
+        // Synchronously, so that whoever ends the term (stepDown) deletes the node only after this.
+        if (!controller.signal.aborted) controller.abort(new LockLostError(this.name, reason));
+        resolve(reason);
+      };
+      const onLost = () => finish((lease.signal.reason as LockLostError).reason);
+      lease.signal.addEventListener('abort', onLost, { once: true });
+      this.current = { term, lease, announced: false, end: finish };
+    });
+    // Announce only once loss detection (the node's watch) is in place.
+    await lease.watchNode();
+    const current = this.current;
+    if (current?.lease === lease && !controller.signal.aborted && lease.isHeld) {
+      current.announced = true;
+      this.emit('gained', term);
+    }
+    const reason = await ended;
+    this.current = undefined;
+    if (current?.announced) this.emit('lost', term, reason);
+    await lease.release(); // after the signal: nobody else may lead while our term still runs
+  }
+}
