@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import { LockEngine } from '../../lib/core/lock-engine.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
+import { Leadership } from '../../lib/core/leadership.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { eventually } from '../support/helpers.js';
@@ -92,5 +93,52 @@ describeInterop('Semaphore and ReadWriteLock ↔ Curator on one path', () => {
     await curator.writeRelease('w1');
     const later = await other.read.acquire({ waitMs: 5000 });
     await later.release();
+  });
+});
+
+describeInterop('Leadership ↔ Curator LeaderLatch on one path', () => {
+  const root = `/interop/leader-${randomUUID().slice(0, 8)}`;
+  let connection: ZkConnection;
+  let engine: LockEngine;
+  let curator: CuratorPeer;
+
+  beforeAll(async () => {
+    connection = new ZkConnection({ connectString: process.env.ZK_CONNECT!, sessionTimeoutMs: 10_000 });
+    [curator] = await Promise.all([CuratorPeer.start(process.env.ZK_CONNECT!), connection.connect()]);
+    engine = new LockEngine(connection, { app: 'interop-test' });
+  });
+  afterAll(async () => {
+    await engine?.drain();
+    await Promise.all([curator?.close(), connection?.close()]);
+  });
+
+  it('a LeaderLatch leading first: we wait in line, see its id, and lead once it closes', async () => {
+    const path = `${root}/a`;
+    await curator.latch('l1', path, 'java-1');
+    await eventually(() => curator.hasLeadership('l1'), 10_000);
+    const ours = new Leadership(engine, path, path, { participantId: 'node-1' }).start();
+    await eventually(async () => (await ours.participants()).length === 2, 10_000);
+    expect(await ours.participants()).toEqual([
+      { id: 'java-1', node: expect.stringMatching(/-latch-\d{10}$/), isLeader: true },
+      { id: 'node-1', node: expect.stringMatching(/-latch-\d{10}$/), isLeader: false },
+    ]);
+    expect(ours.isLeader).toBe(false);
+    await curator.latchClose('l1');
+    await ours.whenLeader(AbortSignal.timeout(10_000));
+    await ours.close();
+  });
+
+  it('we lead first: a LeaderLatch waits, reads our id as the leader, and leads once we step down', async () => {
+    const path = `${root}/b`;
+    const ours = new Leadership(engine, path, path, { participantId: 'node-2' }).start();
+    await ours.whenLeader(AbortSignal.timeout(10_000));
+    await curator.latch('l2', path, 'java-2');
+    await eventually(async () => (await ours.participants()).length === 2, 10_000);
+    expect(await curator.hasLeadership('l2')).toBe(false);
+    expect(await curator.latchLeader('l2')).toBe('node-2');
+    await ours.stepDown(); // requeues behind the latch
+    await eventually(() => curator.hasLeadership('l2'), 10_000);
+    expect(ours.isLeader).toBe(false);
+    await Promise.all([ours.close(), curator.latchClose('l2')]);
   });
 });

@@ -343,6 +343,26 @@ export class CuratorPeer {
     return (await this.request('participants', [id])) as string[];
   }
 
+  // ---- leader latch ----
+
+  /** A new LeaderLatch on `path` with `participantId`, started. */
+  async latch(id: string, path: string, participantId: string): Promise<void> {
+    await this.request('latch', [id, path, participantId]);
+  }
+
+  async hasLeadership(id: string): Promise<boolean> {
+    return (await this.request('hasLeadership', [id])) as boolean;
+  }
+
+  /** getLeader().getId(): the id in the lowest latch node's data. */
+  async latchLeader(id: string): Promise<string> {
+    return (await this.request('latchLeader', [id])) as string;
+  }
+
+  async latchClose(id: string): Promise<void> {
+    await this.request('latchClose', [id]);
+  }
+
   // ---- semaphore ----
 
   /** A new InterProcessSemaphoreV2 on `path` with `permits` leases. */

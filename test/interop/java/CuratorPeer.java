@@ -54,6 +54,7 @@ import java.util.concurrent.TimeUnit;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
@@ -79,6 +80,7 @@ public final class CuratorPeer {
         InterProcessSemaphoreV2 semaphore;
         final List<Lease> leases = Collections.synchronizedList(new ArrayList<>());
         InterProcessReadWriteLock rw;
+        LeaderLatch latch;
 
         Entry(String id, String path) {
             this.id = id;
@@ -182,6 +184,34 @@ public final class CuratorPeer {
                 Entry e = create(w[2], w[3]);
                 e.rw = new InterProcessReadWriteLock(client, w[3]);
                 ok(req, null);
+                return false;
+            }
+            case "latch": {
+                need(w, 5);
+                Entry e = create(w[2], w[3]);
+                e.latch = new LeaderLatch(client, w[3], w[4]);
+                e.latch.start();
+                ok(req, null);
+                return false;
+            }
+            case "hasLeadership": {
+                need(w, 3);
+                ok(req, kind(entry(w[2]).latch, entry(w[2]), "latch").hasLeadership());
+                return false;
+            }
+            case "latchLeader": {
+                need(w, 3);
+                LeaderLatch l = kind(entry(w[2]).latch, entry(w[2]), "latch");
+                query(req, () -> l.getLeader().getId());
+                return false;
+            }
+            case "latchClose": {
+                need(w, 3);
+                LeaderLatch l = kind(entry(w[2]).latch, entry(w[2]), "latch");
+                query(req, () -> {
+                    l.close();
+                    return null;
+                });
                 return false;
             }
             case "acquire": {
