@@ -2,7 +2,7 @@ import { Inject, Injectable, Optional, type OnApplicationShutdown } from '@nestj
 import { LockEngine, validateEngineOptions, type LockEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
-import { InMemoryZkSession, InMemoryZooKeeper } from './in-memory-zookeeper.js';
+import { InMemoryLink, InMemoryZkSession, InMemoryZooKeeper } from './in-memory-zookeeper.js';
 
 /** Injection token of the testing service's options (`ZkLockTestingModule.forRoot(options)`). */
 export const FAKE_LOCK_OPTIONS = Symbol.for('nestjs-zk-lock:fake-lock-options');
@@ -48,13 +48,16 @@ export class FakeLockStore extends InMemoryZooKeeper {
 export class FakeLockService extends LockService implements OnApplicationShutdown {
   readonly store: FakeLockStore;
   private readonly lockEngine: LockEngine;
+  /** This "instance"'s network path to the store, which `disconnect()` cuts. */
+  private readonly link: InMemoryLink;
 
   constructor(@Optional() @Inject(FAKE_LOCK_OPTIONS) options?: FakeLockServiceOptions) {
     // No grace time by default: a test that closes its app while holding a lock is not kept waiting.
     const { store = new FakeLockStore(), sessionTimeoutMs, shutdownGraceMs = 0, ...rest } = options ?? {};
     const engineOptions = { ...rest, shutdownGraceMs };
     validateEngineOptions(engineOptions); // before a session is opened for nothing
-    const connection = new ZkConnection({ connectString: 'in-memory:2181', sessionTimeoutMs }, store.sessionFactory());
+    const link = new InMemoryLink();
+    const connection = new ZkConnection({ connectString: 'in-memory:2181', sessionTimeoutMs }, store.sessionFactory(link));
     connection.connectInBackground();
     // Connected before the constructor returns: a test may take a lock at once.
     (connection.session as InMemoryZkSession).connectNow();
@@ -62,6 +65,7 @@ export class FakeLockService extends LockService implements OnApplicationShutdow
     super(engine, connection);
     this.store = store;
     this.lockEngine = engine;
+    this.link = link;
   }
 
   /** This service's session id (hex), as on its leases. */
@@ -91,17 +95,16 @@ export class FakeLockService extends LockService implements OnApplicationShutdow
 
   /**
    * Cuts this service off from the in-memory server (a partition): calls fail or wait with reason
-   * `connection`, and unless `reconnect()` comes first its session expires one timeout later.
+   * `connection`, its leases are lost before the server may expire its session (one timeout
+   * later), and it cannot open a new session until `reconnect()`.
    */
   disconnect(): void {
-    const id = this.connection.sessionId;
-    if (id) this.store.disconnect(id);
+    this.store.cut(this.link);
   }
 
-  /** Ends a `disconnect()`: the same session again, or the news that it expired meanwhile. */
+  /** Ends a `disconnect()`: the same session again, or the news that it expired meanwhile and a new one. */
   reconnect(): void {
-    const id = this.connection.session?.id;
-    if (id) this.store.reconnect(id);
+    this.store.restore(this.link);
   }
 
   /** What `app.close()` does with the real module: the same shutdown, then the session closes. */

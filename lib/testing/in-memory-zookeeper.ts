@@ -209,8 +209,8 @@ class DataTree {
     this.nextZxid();
     if (path === '/') refuse(BADARGUMENTS);
     const parent = this.find(parentOf(path)) ?? refuse(ZkCode.NONODE);
+    this.checkAcl(parent, ZkPerm.DELETE, session); // before the node's existence, as ZooKeeper does
     const node = this.find(path) ?? refuse(ZkCode.NONODE);
-    this.checkAcl(parent, ZkPerm.DELETE, session);
     if (version !== -1 && version !== node.version) refuse(ZkCode.BADVERSION);
     if (node.children.size > 0) refuse(ZkCode.NOTEMPTY);
     this.removeNode(path, this.zxid);
@@ -385,9 +385,35 @@ export class InMemoryZooKeeper {
     this.nextSessionId = (1n << 56n) | ((BigInt(Date.now()) << 24n) & ((1n << 64n) - 1n)) >> 8n;
   }
 
-  /** The factory a `ZkConnection` opens its sessions with: `new ZkConnection(options, zk.sessionFactory())`. */
-  sessionFactory(): ZkSessionFactory {
-    return (init, events) => new InMemoryZkSession(this, init, events);
+  /**
+   * The factory a `ZkConnection` opens its sessions with: `new ZkConnection(options, zk.sessionFactory())`.
+   * With a `link`, cutting it partitions that client: its sessions neither answer nor open.
+   */
+  sessionFactory(link?: InMemoryLink): ZkSessionFactory {
+    return (init, events) => new InMemoryZkSession(this, init, events, link);
+  }
+
+  /**
+   * Partitions the client behind `link`: its connected session is cut off (it expires one timeout
+   * later unless the link is restored first) and no new session of it opens meanwhile.
+   */
+  cut(link: InMemoryLink): void {
+    link.isCut = true;
+    for (const session of this.sessionsById.values()) {
+      if (session.client?.link === link) this.disconnect(session.hexId);
+    }
+  }
+
+  /** Ends a partition: the same session again (or the news that it expired), and waiting sessions open. */
+  restore(link: InMemoryLink): void {
+    link.isCut = false;
+    for (const session of [...this.sessionsById.values(), ...this.endedSessions.values()]) {
+      if (session.client?.link === link) this.reconnect(session.hexId);
+    }
+    for (const waiting of [...link.waiting]) {
+      link.waiting.delete(waiting);
+      waiting.connectNow();
+    }
   }
 
   // ---- fault controls -------------------------------------------------------------------------
@@ -634,12 +660,20 @@ type ClientState = 'connecting' | 'connected' | 'cut-off' | 'closed';
  * The client handle: `ZkSession` over the in-memory server, behaving as `NativeZkSession` does
  * (same errors, same watch bookkeeping, same session events).
  */
+/** One client's network path to the in-memory server, for `cut` / `restore` (a partition). */
+export class InMemoryLink {
+  isCut = false;
+  /** @internal Sessions that tried to open while cut. */
+  readonly waiting = new Set<InMemoryZkSession>();
+}
+
 export class InMemoryZkSession implements ZkSession {
   private state: ClientState = 'connecting';
   /** @internal The server's session once connected. */
   serverSession: ServerSession | undefined;
   private requestedTimeoutMs: number;
-  lastAnsweredSentAt = performance.now();
+  /** While connected the in-memory server hears us all the time; frozen when the link drops. */
+  private heardAt = performance.now();
   private readonly dataWatches = new Map<string, WatchListener[]>();
   private readonly childWatches = new Map<string, WatchListener[]>();
   /** Requests still waiting for their answer, oldest first. */
@@ -653,6 +687,8 @@ export class InMemoryZkSession implements ZkSession {
     private readonly server: InMemoryZooKeeper,
     private readonly init: SessionInit,
     private readonly events: SessionEvents,
+    /** @internal */
+    readonly link?: InMemoryLink,
   ) {
     this.requestedTimeoutMs = init.sessionTimeoutMs;
     // Never from inside the factory: the connection keeps the handle before it hears of it.
@@ -670,6 +706,13 @@ export class InMemoryZkSession implements ZkSession {
   }
   get isConnectedNatively(): boolean {
     return this.state === 'connected';
+  }
+  /**
+   * Now, while connected: nothing is ever lost between client and in-memory server, so a heartbeat
+   * answered "later" (after a jump of Jest's fake clock) must not make the session look stale.
+   */
+  get lastAnsweredSentAt(): number {
+    return this.state === 'connected' ? performance.now() : this.heardAt;
   }
   get isClosed(): boolean {
     return this.state === 'closed';
@@ -754,6 +797,7 @@ export class InMemoryZkSession implements ZkSession {
 
   /** @internal The link dropped: `onConnecting`, on a microtask. */
   cutOff(): void {
+    this.heardAt = performance.now();
     this.state = 'cut-off';
     void Promise.resolve().then(() => this.state !== 'closed' && this.events.onConnecting());
   }
@@ -771,6 +815,7 @@ export class InMemoryZkSession implements ZkSession {
   /** @internal The server expired the session: the client hears it as a drop, then expiry on reconnecting. */
   lostToExpiry(): void {
     const wasConnected = this.state === 'connected';
+    if (wasConnected) this.heardAt = performance.now();
     this.state = 'cut-off';
     void Promise.resolve().then(() => {
       if (this.state === 'closed') return;
@@ -791,6 +836,10 @@ export class InMemoryZkSession implements ZkSession {
 
   private handshake(): void {
     if (this.state !== 'connecting') return;
+    if (this.link?.isCut) {
+      this.link.waiting.add(this); // a partitioned client cannot open a session either
+      return;
+    }
     const session = this.server.openSession(this, this.init);
     if (!session) {
       this.endWith(EXPIRED_STATE); // re-attaching to a session that is gone
@@ -798,7 +847,7 @@ export class InMemoryZkSession implements ZkSession {
     }
     this.serverSession = session;
     this.state = 'connected';
-    this.lastAnsweredSentAt = performance.now();
+    this.heardAt = performance.now();
     this.events.onConnected();
     for (const request of this.heldUntilConnected.splice(0)) this.server.submit(request);
   }
@@ -864,7 +913,7 @@ export class InMemoryZkSession implements ZkSession {
           answered?.(code);
           // Only the server's answers move the deadline (as in NativeZkSession).
           const fromServer = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
-          if (fromServer && sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = sentAt;
+          if (fromServer && sentAt > this.heardAt) this.heardAt = sentAt;
           if (code === ZkCode.OK) resolve(value as T);
           else reject(new ZkError(code, operation, path));
         },

@@ -3,7 +3,8 @@
  * code that uses `LockService` or `@WithLock`, without a ZooKeeper server or the native addon.
  */
 import { Module, type DynamicModule } from '@nestjs/common';
-import { DiscoveryModule } from '@nestjs/core';
+import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
+import { ClientDisconnectInterceptor } from '../nest/client-disconnect.interceptor.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { WithLockExplorer } from '../nest/with-lock.explorer.js';
@@ -42,6 +43,8 @@ export class ZkLockTestingModule {
         { provide: LockService, useExisting: FakeLockService },
         { provide: ZkConnection, inject: [FakeLockService], useFactory: (locks: FakeLockService) => locks.connection },
         WithLockExplorer,
+        // As ZkLockModule: a request whose client disconnects stops waiting for its lock.
+        { provide: APP_INTERCEPTOR, useClass: ClientDisconnectInterceptor },
       ],
       exports: [LockService, FakeLockService, ZkConnection],
     };

@@ -400,6 +400,8 @@ export function describeZooKeeperContract(name: string, open: () => Promise<ZooK
         expect((await failure(intruder.setData(secret, EMPTY))).codeName).toBe('NOAUTH');
         expect((await failure(intruder.create(`${secret}/x`, EMPTY, CreateMode.PERSISTENT))).codeName).toBe('NOAUTH');
         expect((await failure(intruder.setAcl(secret, [{ perms: ZkPerm.ALL, scheme: 'world', id: 'anyone' }]))).codeName).toBe('NOAUTH');
+        // The parent's DELETE permission is checked before the child's existence.
+        expect((await failure(intruder.delete(`${secret}/missing`))).codeName).toBe('NOAUTH');
         expect(await intruder.exists(secret)).not.toBeNull(); // exists checks no ACL
       }
       // The same credentials on another session may.

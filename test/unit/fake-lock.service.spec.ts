@@ -1,3 +1,4 @@
+import { jest } from '@jest/globals';
 // FakeLockService (nestjs-zk-lock/testing): the in-memory LockService for users' unit tests must
 // keep the real one's semantics within one process. These tests pin them down.
 import diagnostics_channel from 'node:diagnostics_channel';
@@ -366,6 +367,32 @@ describe('FakeLockService', () => {
       await next;
       expect(term.signal.aborted).toBe(true);
       await Promise.all([one.close(), two.close()]);
+    });
+
+    it('a partitioned service opens no new session until reconnect(): it stays unavailable, then works', async () => {
+      const one = new FakeLockService({ store: locks.store, sessionTimeoutMs: 1000 });
+      const lease = await one.mutex('part').acquire();
+      one.disconnect();
+      await new Promise((resolve) => lease.signal.addEventListener('abort', resolve, { once: true }));
+      await delay(300); // past the loss: a real partitioned client could not connect again
+      expect(one.state).not.toBe('connected');
+      expect((await notAcquired(one.mutex('part').acquire({ waitMs: 0 }))).reason).toBe('connection');
+      one.reconnect();
+      await expect(one.withLock('part', () => 'back', { waitMs: 5000 })).resolves.toBe('back');
+    });
+
+    it("keeps its leases through Jest's fake timers, even when they jump past the session timeout", async () => {
+      jest.useFakeTimers();
+      try {
+        const one = new FakeLockService({ store: locks.store });
+        const lease = await one.mutex('clock').acquire();
+        jest.runOnlyPendingTimers();
+        jest.advanceTimersByTime(60_000);
+        expect(lease.isHeld).toBe(true);
+        await lease.release();
+      } finally {
+        jest.useRealTimers();
+      }
     });
 
     it('a short disconnect keeps the session and the lock', async () => {
