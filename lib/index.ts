@@ -8,3 +8,5 @@ export type { WithLockOptions } from './nest/with-lock-options.interface.js';
 export type { LockKey } from './nest/lock-key.util.js';
 export { lockKeySegment } from './nest/lock-key.util.js';
 export { ZkLockExceptionFilter } from './nest/zk-lock-exception.filter.js';
+export { OnlyLeader, OnLeadershipGained, OnLeadershipLost, type OnlyLeaderOptions } from './nest/only-leader.decorator.js';
+export { LeaderElections, LeaderContext, type LeaderContextValue } from './nest/leader-elections.js';

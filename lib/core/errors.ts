@@ -93,3 +93,10 @@ export class LockLostError extends ZkLockError {
 
 /** A request the lock cannot grant without deadlocking (e.g. a read → write upgrade). */
 export class LockUsageError extends ZkLockError {}
+
+/** A leader-only call (`@OnlyLeader(name, { onNotLeader: 'throw' })`) on an instance that does not lead `election`. */
+export class NotLeaderError extends ZkLockError {
+  constructor(readonly election: string) {
+    super(`This instance is not the leader of ${JSON.stringify(election)}`);
+  }
+}

@@ -4,9 +4,10 @@ import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
 import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
 import { SCHEDULER_TYPE } from './job-schedule.js';
+import { providerMethods } from './provider-methods.util.js';
 import { LockUsageError } from '../core/errors.js';
 import { ZkConnection } from '../core/zk-connection.js';
-import { OWNS_CONNECTION } from './zk-lock.providers.js';
+import { closeOwnedConnectionOnError, OWNS_CONNECTION } from './zk-lock.providers.js';
 
 /**
  * At startup, finds every @WithLock method of the application's providers and controllers,
@@ -26,15 +27,7 @@ export class WithLockExplorer implements OnModuleInit {
   ) {}
 
   async onModuleInit(): Promise<void> {
-    let found: WithLockMetadata[];
-    try {
-      found = this.inventory();
-    } catch (error) {
-      // Nest runs no shutdown hook after a failed bootstrap: close the session we opened, or it
-      // would keep the process (a test runner, say) alive.
-      if (this.ownsConnection) await this.connection?.close();
-      throw error;
-    }
+    const found = await closeOwnedConnectionOnError(this.connection, this.ownsConnection, () => this.inventory());
     for (const { label, key, options } of found) {
       if (typeof key === 'string' && !isTemplate(key)) this.locks.pathOf(key); // throws InvalidLockNameError
       this.logger.debug?.(`${label} → ${typeof key === 'string' ? key : 'key function'} (${options.kind ?? 'mutex'})`);
@@ -48,53 +41,44 @@ export class WithLockExplorer implements OnModuleInit {
    * fails here instead.
    */
   inventory(): WithLockMetadata[] {
-    const seen = new Set<Function>();
     const out: WithLockMetadata[] = [];
-    for (const wrapper of [...this.discovery.getProviders(), ...this.discovery.getControllers()]) {
-      const instance = wrapper.instance as Record<string, unknown> | undefined;
-      if (!instance || typeof instance !== 'object') continue;
-      const prototype = Object.getPrototypeOf(instance) as object;
-      for (const name of this.scanner.getAllMethodNames(prototype)) {
-        const method = instance[name];
-        if (typeof method !== 'function' || seen.has(method)) continue;
-        const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
-        if (!metadata) continue;
-        seen.add(method);
-        if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService) && wrapper.metatype === instance.constructor) {
-          const host = wrapper.host?.name ?? 'its module';
-          throw new LockUsageError(
-            `@WithLock on ${metadata.label}: ${host} cannot see LockService (ZkLockModule was registered with ` +
-              `isGlobal: false and nothing ${host} imports exports it). Import into ${host} a module that ` +
-              're-exports it (`@Module({ imports: [ZkLockModule.forRoot(...)], exports: [ZkLockModule] })`), ' +
-              'or leave ZkLockModule global (the default).',
-          );
-        }
-        if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService)) {
-          throw new LockUsageError(
-            `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +
-              '(useFactory or useValue), so LockService was never injected into it; register the class ' +
-              '(`providers: [' + metadata.label.split('.')[0] + ']` or `useClass`).',
-          );
-        }
-        const discarded = [SCHEDULER_TYPE, EVENT_LISTENER_METADATA].some((k) => Reflect.getMetadata(k, method) !== undefined);
-        if (metadata.returnsObservable && discarded) {
-          // Schedulers and event emitters ignore what the method returns: nobody would subscribe,
-          // so the body (which runs per subscription, under the lock) would never run.
-          throw new LockUsageError(
-            `@WithLock on ${metadata.label}: a job or event listener declared to return an Observable never runs ` +
-              '(nobody subscribes to what it returns); return a Promise (declare it async).',
-          );
-        }
-        if (metadata.wrapper && method !== metadata.wrapper) {
-          // A decorator above @WithLock wrapped the method again (copying our metadata): its work,
-          // e.g. a transaction's commit, runs after the lock is released.
-          this.logger.warn(
-            `${metadata.label}: a decorator above @WithLock wraps this method, so what it does after the call ` +
-              '(e.g. commit a transaction) happens after the lock is released. Put @WithLock above it.',
-          );
-        }
-        out.push(metadata);
+    for (const { wrapper, instance, method } of providerMethods(this.discovery, this.scanner)) {
+      const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
+      if (!metadata) continue;
+      if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService) && wrapper.metatype === instance.constructor) {
+        const host = wrapper.host?.name ?? 'its module';
+        throw new LockUsageError(
+          `@WithLock on ${metadata.label}: ${host} cannot see LockService (ZkLockModule was registered with ` +
+            `isGlobal: false and nothing ${host} imports exports it). Import into ${host} a module that ` +
+            're-exports it (`@Module({ imports: [ZkLockModule.forRoot(...)], exports: [ZkLockModule] })`), ' +
+            'or leave ZkLockModule global (the default).',
+        );
       }
+      if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService)) {
+        throw new LockUsageError(
+          `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +
+            '(useFactory or useValue), so LockService was never injected into it; register the class ' +
+            '(`providers: [' + metadata.label.split('.')[0] + ']` or `useClass`).',
+        );
+      }
+      const discarded = [SCHEDULER_TYPE, EVENT_LISTENER_METADATA].some((k) => Reflect.getMetadata(k, method) !== undefined);
+      if (metadata.returnsObservable && discarded) {
+        // Schedulers and event emitters ignore what the method returns: nobody would subscribe,
+        // so the body (which runs per subscription, under the lock) would never run.
+        throw new LockUsageError(
+          `@WithLock on ${metadata.label}: a job or event listener declared to return an Observable never runs ` +
+            '(nobody subscribes to what it returns); return a Promise (declare it async).',
+        );
+      }
+      if (metadata.wrapper && method !== metadata.wrapper) {
+        // A decorator above @WithLock wrapped the method again (copying our metadata): its work,
+        // e.g. a transaction's commit, runs after the lock is released.
+        this.logger.warn(
+          `${metadata.label}: a decorator above @WithLock wraps this method, so what it does after the call ` +
+            '(e.g. commit a transaction) happens after the lock is released. Put @WithLock above it.',
+        );
+      }
+      out.push(metadata);
     }
     return out;
   }

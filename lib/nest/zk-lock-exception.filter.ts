@@ -1,10 +1,16 @@
 import { Catch, HttpStatus, type ArgumentsHost, type ExceptionFilter } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { throwError, type Observable } from 'rxjs';
-import { InvalidLockNameError, LockNotAcquiredError } from '../core/errors.js';
+import { InvalidLockNameError, LockNotAcquiredError, NotLeaderError } from '../core/errors.js';
 
 /** What every transport tells the caller, without naming the lock. */
-function answerFor(error: LockNotAcquiredError | InvalidLockNameError) {
+type Handled = LockNotAcquiredError | InvalidLockNameError | NotLeaderError;
+
+function answerFor(error: Handled) {
+  if (error instanceof NotLeaderError) {
+    // Another instance leads: the caller may retry (a load balancer may reach the leader).
+    return { statusCode: HttpStatus.SERVICE_UNAVAILABLE, error: 'Service Unavailable', message: 'This instance is not the leader; retry later', retryAfterSeconds: 1 };
+  }
   if (error instanceof InvalidLockNameError) {
     // A lock key built from request input that cannot name a lock (e.g. too long).
     return { statusCode: HttpStatus.BAD_REQUEST, error: 'Bad Request', message: 'The request cannot name a lock', retryAfterSeconds: undefined };
@@ -30,11 +36,11 @@ function answerFor(error: LockNotAcquiredError | InvalidLockNameError) {
  * global filter to WebSocket gateways, so a gateway also needs `@UseFilters(ZkLockExceptionFilter)`.
  * @publicApi
  */
-@Catch(LockNotAcquiredError, InvalidLockNameError)
-export class ZkLockExceptionFilter implements ExceptionFilter<LockNotAcquiredError | InvalidLockNameError> {
+@Catch(LockNotAcquiredError, InvalidLockNameError, NotLeaderError)
+export class ZkLockExceptionFilter implements ExceptionFilter<Handled> {
   constructor(private readonly adapterHost?: HttpAdapterHost) {}
 
-  catch(error: LockNotAcquiredError | InvalidLockNameError, host: ArgumentsHost): void | Observable<never> {
+  catch(error: Handled, host: ArgumentsHost): void | Observable<never> {
     const answer = answerFor(error);
     switch (host.getType<string>()) {
       case 'http': {

@@ -5,6 +5,8 @@ import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from './lock.service.js';
 import { WithLockExplorer } from './with-lock.explorer.js';
+import { LeaderElections } from './leader-elections.js';
+import { LeadershipExplorer } from './leadership.explorer.js';
 import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
 import { connectionProvider, engineProvider, ModuleConnection, moduleConnectionProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
 
@@ -21,10 +23,12 @@ import { connectionProvider, engineProvider, ModuleConnection, moduleConnectionP
     ownsConnectionProvider,
     engineProvider,
     LockService,
+    LeaderElections,
     WithLockExplorer,
+    LeadershipExplorer,
     { provide: APP_INTERCEPTOR, useClass: ClientDisconnectInterceptor },
   ],
-  exports: [ZkConnection, LockEngine, LockService],
+  exports: [ZkConnection, LockEngine, LockService, LeaderElections],
 })
 export class ZkLockModule extends ZkLockConfigurableModule implements OnApplicationShutdown {
   constructor(

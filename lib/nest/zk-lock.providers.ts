@@ -108,3 +108,17 @@ export const engineProvider: Provider = {
     return engine;
   },
 };
+
+/**
+ * Runs a bootstrap step; if it throws, closes the session the module opened first: Nest runs no
+ * shutdown hook after a failed bootstrap, and an open session would keep the process (a test
+ * runner, say) alive.
+ */
+export async function closeOwnedConnectionOnError<T>(connection: ZkConnection | undefined, owned: boolean | undefined, step: () => T | Promise<T>): Promise<T> {
+  try {
+    return await step();
+  } catch (error) {
+    if (owned) await connection?.close();
+    throw error;
+  }
+}

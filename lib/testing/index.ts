@@ -8,6 +8,8 @@ import { ClientDisconnectInterceptor } from '../nest/client-disconnect.intercept
 import { ZkConnection } from '../core/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { WithLockExplorer } from '../nest/with-lock.explorer.js';
+import { LeaderElections } from '../nest/leader-elections.js';
+import { LeadershipExplorer } from '../nest/leadership.explorer.js';
 import { FAKE_LOCK_OPTIONS, FakeLockService, type FakeLockServiceOptions } from './fake-lock.service.js';
 
 export { FakeLockService, FakeLockStore, FAKE_LOCK_OPTIONS, type FakeLockServiceOptions } from './fake-lock.service.js';
@@ -43,10 +45,12 @@ export class ZkLockTestingModule {
         { provide: LockService, useExisting: FakeLockService },
         { provide: ZkConnection, inject: [FakeLockService], useFactory: (locks: FakeLockService) => locks.connection },
         WithLockExplorer,
+        LeaderElections,
+        LeadershipExplorer,
         // As ZkLockModule: a request whose client disconnects stops waiting for its lock.
         { provide: APP_INTERCEPTOR, useClass: ClientDisconnectInterceptor },
       ],
-      exports: [LockService, FakeLockService, ZkConnection],
+      exports: [LockService, FakeLockService, ZkConnection, LeaderElections],
     };
   }
 }

@@ -1,0 +1,60 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { Injectable } from '@nestjs/common';
+import type { Leadership, LeadershipTerm } from '../core/leadership.js';
+import { LockService } from './lock.service.js';
+
+/** What leader-only code sees of the term it runs in. @publicApi */
+export interface LeaderContextValue extends LeadershipTerm {
+  readonly election: string;
+}
+
+const storage = new AsyncLocalStorage<LeaderContextValue>();
+
+/**
+ * The leadership term around the current call chain (set by `@OnlyLeader`).
+ * @publicApi
+ */
+export const LeaderContext = {
+  /** The term this call runs in (its `signal` aborts when leadership ends), or undefined outside leader-only code. */
+  current(): LeaderContextValue | undefined {
+    return storage.getStore();
+  },
+  /** @internal */
+  run<T>(election: string, term: LeadershipTerm, fn: () => T): T {
+    return storage.run({ ...term, election }, fn);
+  },
+};
+
+/**
+ * The elections this application takes part in, one `Leadership` per name over the module's
+ * session. Joined at bootstrap for every name a decorator uses (see LeadershipExplorer), on
+ * first use otherwise; left at shutdown, before the session closes, so a successor takes over
+ * in about a round trip.
+ * @publicApi
+ */
+@Injectable()
+export class LeaderElections {
+  private readonly elections = new Map<string, Leadership>();
+
+  constructor(private readonly locks: LockService) {}
+
+  /** The election `name` (joined if it was not yet). */
+  get(name: string): Leadership {
+    let election = this.elections.get(name);
+    if (!election) {
+      election = this.locks.leadership(name).start();
+      this.elections.set(name, election);
+    }
+    return election;
+  }
+
+  /** The elections joined so far, by name. */
+  get joined(): ReadonlyMap<string, Leadership> {
+    return this.elections;
+  }
+
+  /** @internal Leaves every election (their terms end first). */
+  async closeAll(): Promise<void> {
+    await Promise.all([...this.elections.values()].map((election) => election.close()));
+  }
+}
