@@ -26,7 +26,8 @@ function answerFor(error: Handled) {
 
 /**
  * Opt-in: answers callers whose lock was not acquired in their transport's way, without naming the
- * lock. HTTP: 409 Conflict (503 when the lock service itself is unavailable) with `Retry-After`;
+ * lock. HTTP: 409 Conflict (503 when the lock service itself is unavailable, or for a leader-only
+ * call on an instance that does not lead: NotLeaderError) with `Retry-After`;
  * 400 when the request's input cannot name a lock (InvalidLockNameError, e.g. too long).
  * Microservices (`rpc`): an error reply `{ status: 'error', statusCode, error, message,
  * retryAfterSeconds }`, as Nest's RPC filters answer. WebSockets (`ws`): an `exception` event with
