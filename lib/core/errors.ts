@@ -76,9 +76,9 @@ export type LockLostReason =
   | 'lease-expired'
   /** The connection was closed while the lock was held. */
   | 'connection-closed'
-  /** The application shut down and the holder had not released within `shutdownGraceMs` (a leader: at once). */
+  /** The application shut down and the holder had not released within `shutdownGraceMs`. */
   | 'shutdown'
-  /** A leader stepped down (`Leadership.stepDown()` / `close()`). */
+  /** A leader stepped down (`Leadership.stepDown()` / `close()`, also at the application's shutdown). */
   | 'stepped-down';
 
 /** The reason a lease's `signal` aborts with. */

@@ -99,6 +99,17 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     return this;
   }
 
+  /** Listeners are the application's code: one that throws must not stop the election. */
+  private tell<K extends 'gained' | 'lost'>(event: K, ...args: LeadershipEvents[K]): void {
+    for (const listener of this.listeners(event) as ((...a: LeadershipEvents[K]) => void)[]) {
+      try {
+        listener(...args);
+      } catch (error) {
+        this.engine.warn(`a leadership ${event} listener of ${JSON.stringify(this.name)} threw: ${String(error)}`);
+      }
+    }
+  }
+
   /** True while this participant leads (its term's signal has not aborted). */
   get isLeader(): boolean {
     const current = this.current;
@@ -180,14 +191,22 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   }
 
   private async campaign(): Promise<void> {
+    let failures = 0;
+    let lastProblem = '';
     while (!this.closed) {
       let lease: NodeLease;
       try {
         const entry = await acquireInQueue(this.engine, this.spec, { onCancellable: (cancel) => (this.cancelQueueing = cancel) });
         lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path });
-      } catch {
+        failures = 0;
+      } catch (error) {
         if (this.closed || this.engine.isShuttingDown || this.engine.connection.state === 'closed') break;
-        await new Promise((resolve) => setTimeout(resolve, 100).unref()); // e.g. an error from the server: try again
+        // An error from the server (e.g. NOAUTH on the election's parent): say so once per kind,
+        // and try again with a growing pause instead of spinning.
+        const problem = String(error);
+        if (problem !== lastProblem) this.engine.warn(`leader election ${JSON.stringify(this.name)} cannot queue (${problem}); retrying`);
+        lastProblem = problem;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(5000, 100 * 2 ** failures++)).unref());
         continue;
       } finally {
         this.cancelQueueing = undefined;
@@ -220,11 +239,14 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     const current = this.current;
     if (current?.lease === lease && !controller.signal.aborted && lease.isHeld) {
       current.announced = true;
-      this.emit('gained', term);
+      this.tell('gained', term);
     }
     const reason = await ended;
     this.current = undefined;
-    if (current?.announced) this.emit('lost', term, reason);
-    await lease.release(); // after the signal: nobody else may lead while our term still runs
+    try {
+      if (current?.announced) this.tell('lost', term, reason);
+    } finally {
+      await lease.release(); // after the signal: nobody else may lead while our term still runs
+    }
   }
 }

@@ -52,9 +52,4 @@ export class LeaderElections {
   get joined(): ReadonlyMap<string, Leadership> {
     return this.elections;
   }
-
-  /** @internal Leaves every election (their terms end first). */
-  async closeAll(): Promise<void> {
-    await Promise.all([...this.elections.values()].map((election) => election.close()));
-  }
 }

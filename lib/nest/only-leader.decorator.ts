@@ -12,9 +12,10 @@ export const LEADER_ELECTIONS_PROPERTY = '__zkLeaderElections';
 /** @publicApi */
 export interface OnlyLeaderOptions {
   /**
-   * On an instance that does not lead: `'skip'` the call (it resolves undefined; the default, as
-   * for a scheduled job that runs on the leader only) or `'throw'` a NotLeaderError (503 through
-   * `ZkLockExceptionFilter`).
+   * On an instance that does not lead: `'skip'` the call (it resolves undefined) or `'throw'` a
+   * NotLeaderError (503 through `ZkLockExceptionFilter`). Default: `'throw'` for HTTP route
+   * handlers (a skipped one would answer 200 with nothing done), `'skip'` elsewhere (a job runs on
+   * the leader only).
    */
   onNotLeader?: 'skip' | 'throw';
 }
@@ -29,6 +30,7 @@ export interface LeadershipHookMetadata {
 }
 
 const logger = new Logger('OnlyLeader');
+const PATH_METADATA = 'path'; // @nestjs/common's route metadata key (@Get, @Post, ...)
 
 /**
  * Runs the decorated method only on the instance that leads `election` (a leader election in
@@ -40,8 +42,9 @@ const logger = new Logger('OnlyLeader');
  * @publicApi
  */
 export function OnlyLeader(election: string, options: OnlyLeaderOptions = {}) {
-  const { onNotLeader = 'skip' } = options;
-  if (onNotLeader !== 'skip' && onNotLeader !== 'throw') throw new LockUsageError(`@OnlyLeader: onNotLeader must be 'skip' or 'throw'`);
+  if (typeof election !== 'string') throw new LockUsageError('@OnlyLeader needs an election name');
+  const { onNotLeader } = options ?? {};
+  if (onNotLeader !== undefined && onNotLeader !== 'skip' && onNotLeader !== 'throw') throw new LockUsageError(`@OnlyLeader: onNotLeader must be 'skip' or 'throw'`);
   const inject = Inject(LeaderElections);
   const optional = Optional();
   return <T extends (...args: any[]) => PromiseLike<unknown>>(target: object, propertyKey: string | symbol, descriptor: TypedPropertyDescriptor<T>): TypedPropertyDescriptor<T> => {
@@ -58,7 +61,9 @@ export function OnlyLeader(election: string, options: OnlyLeaderOptions = {}) {
       }
       const term = elections.get(election).term;
       if (!term) {
-        if (onNotLeader === 'throw') throw new NotLeaderError(election);
+        // A route handler that skipped would answer 200 with nothing done: it throws by default (503).
+        const isRoute = Reflect.getMetadata(PATH_METADATA, wrapper) !== undefined;
+        if ((onNotLeader ?? (isRoute ? 'throw' : 'skip')) === 'throw') throw new NotLeaderError(election);
         logger.debug(`${label}: not the leader of ${JSON.stringify(election)}; skipped this call`);
         return undefined;
       }

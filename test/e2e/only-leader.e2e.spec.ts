@@ -9,7 +9,8 @@ import { LeaderContext, LeaderElections } from '../../lib/nest/leader-elections.
 import { OnLeadershipGained, OnLeadershipLost, OnlyLeader } from '../../lib/nest/only-leader.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { closeAll, eventually, zkConnectString } from '../support/helpers.js';
+import { childrenOf, closeAll, connect, eventually, zkConnectString } from '../support/helpers.js';
+import { ZkConnection } from '../../lib/core/zk-connection.js';
 
 afterAll(closeAll);
 
@@ -40,7 +41,7 @@ class Housekeeping {
 @Controller('admin')
 class AdminController {
   @Get('rebuild')
-  @OnlyLeader(election, { onNotLeader: 'throw' })
+  @OnlyLeader(election) // a route handler throws by default: 503, never an empty 200
   async rebuild(): Promise<string> {
     return 'rebuilt';
   }
@@ -127,6 +128,29 @@ describe('@OnlyLeader across application instances', () => {
       await Promise.all(apps.map((app) => app.close()));
     }
   }, 30_000);
+
+  it('an application whose bootstrap fails never joins its elections (no leader that never started)', async () => {
+    const name = `zombie-${process.pid}`;
+    @Injectable()
+    class Job {
+      @OnlyLeader(name)
+      async run() {}
+    }
+    @Injectable()
+    class Database {
+      async onModuleInit() {
+        throw new Error('database down');
+      }
+    }
+    @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString() })], providers: [Job, Database] })
+    class AppModule {}
+    const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
+    moduleRef.useLogger(false);
+    await expect(moduleRef.createNestApplication().init()).rejects.toThrow('database down');
+    const observer = await connect();
+    expect(await childrenOf(observer, `/locks/${name}`)).toEqual([]);
+    await moduleRef.get(ZkConnection).close(); // Nest runs no shutdown hook after a failed bootstrap
+  });
 
   it('fails the bootstrap on an election name that cannot be a lock path', async () => {
     @Injectable()

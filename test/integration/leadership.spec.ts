@@ -126,6 +126,29 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     await leaders[1]!.close();
   });
 
+  it('a listener that throws does not stop the election: the term still ends, the node goes, the next leads', async () => {
+    const path = uniquePath('election-listener');
+    const { engines, leaders } = await participants(path, 2);
+    const warnings: string[] = [];
+    engines[0]!.onWarning((m) => warnings.push(m));
+    const [a, b] = leaders as [Leadership, Leadership];
+    a.on('gained', () => {
+      throw new Error('bug in a gained listener');
+    });
+    a.on('lost', () => {
+      throw new Error('bug in a lost listener');
+    });
+    a.start();
+    await a.whenLeader(AbortSignal.timeout(10_000));
+    b.start();
+    await eventually(async () => (await b.participants()).length === 2, 10_000);
+    const next = gained(b);
+    await a.close();
+    await next;
+    expect(warnings.filter((w) => w.includes('listener'))).toHaveLength(2);
+    await b.close();
+  });
+
   it('whenLeader() resolves with the term once leading, and rejects when closed first', async () => {
     const path = uniquePath('election-when');
     const { leaders } = await participants(path, 2);
