@@ -10,11 +10,12 @@ import { PurchaseController } from './events/purchase.controller.js';
 import { UnlockedPurchaseController } from './events/unlocked-purchase.controller.js';
 import { JobsModule } from './jobs/jobs.module.js';
 import { SalesSnapshotJob, UnlockedSalesSnapshotJob } from './jobs/sales-snapshot.job.js';
+import { HousekeepingJob } from './jobs/housekeeping.job.js';
 import { LocksController } from './locks/locks.controller.js';
 import { MetricsModule } from './metrics/metrics.module.js';
 
-/** The purchase route and the per-second job, under locks (the normal case). */
-@Module({ imports: [EventsModule, JobsModule], controllers: [PurchaseController], providers: [SalesSnapshotJob] })
+/** The purchase route and the per-second jobs, under locks and leadership (the normal case). */
+@Module({ imports: [EventsModule, JobsModule], controllers: [PurchaseController], providers: [SalesSnapshotJob, HousekeepingJob] })
 export class LockedSalesModule {}
 
 /** LOCKS=off: the same route and job without locks, for the demo's comparison run. */

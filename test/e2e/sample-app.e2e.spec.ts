@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { Mutex } from '../../lib/core/mutex.js';
 import { resolveLockPath } from '../../lib/core/lock-path.js';
 import { build, getJson, http, ROOT, runScenario, startInstances, stopInstances, type Instance } from '../../sample-app/scenario.mjs';
-import { closeAll, engine, zkConnectString } from '../support/helpers.js';
+import { closeAll, engine, eventually, zkConnectString } from '../support/helpers.js';
 
 const basePath = `/sample-app-e2e-${process.pid}-${Date.now().toString(36)}/locks`;
 // A payment call of 40-80 ms: a window wide enough that the unlocked run oversells even on a busy machine.
@@ -110,4 +110,40 @@ describe('sample-app: the purchase API', () => {
     expect(await buy({ quantity: 1 })).toMatchObject({ status: 410, body: { message: expect.stringContaining('sold out') } });
     expect(await getJson(`${url}/events/${id}`)).toMatchObject({ seats: 1, sold: 1, remaining: 0, oversold: 0 });
   }, 90_000);
+});
+
+describe('sample-app: the leader-only housekeeping job', () => {
+  let instances: Instance[] = [];
+  afterAll(() => stopInstances(instances));
+
+  it('runs on one instance tick after tick, and another takes over at once when that one stops', async () => {
+    instances = await startInstances({
+      count: 3,
+      zkConnect: zkConnectString(),
+      databaseFile: join(workDir, 'leader', 'tickets.db'),
+      logDir: join(workDir, 'leader'),
+      basePath,
+      env,
+    });
+    const url = instances[0]!.url;
+    type Tick = { tick: number; runs: number; instances: string[] };
+    const ticks = async (): Promise<Tick[]> => (await getJson(`${url}/jobs/cron-runs?job=housekeeping`)).ticks;
+    await eventually(async () => (await ticks()).length >= 3, 30_000);
+    const before = await ticks();
+    expect(before.every((t) => t.runs === 1)).toBe(true);
+    const leaders = new Set(before.flatMap((t) => t.instances));
+    expect(leaders.size).toBe(1);
+    const leader = instances.find((i) => leaders.has(i.name))!;
+
+    const stopped = Math.floor(Date.now() / 1000);
+    await stopInstances([leader]);
+    const url2 = instances.find((i) => i !== leader)!.url;
+    const after = async (): Promise<Tick[]> => (await getJson(`${url2}/jobs/cron-runs?job=housekeeping&since=${stopped}`)).ticks;
+    await eventually(async () => (await after()).some((t) => !t.instances.includes(leader.name)), 15_000);
+    const since = await after();
+    expect(since.every((t) => t.runs === 1)).toBe(true);
+    // The successor ran within a couple of ticks of the stop (it stepped down; no session timeout).
+    const firstSuccessorTick = since.find((t) => !t.instances.includes(leader.name))!.tick;
+    expect(firstSuccessorTick - stopped).toBeLessThanOrEqual(3);
+  }, 120_000);
 });

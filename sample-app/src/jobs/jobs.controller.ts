@@ -1,15 +1,16 @@
 import { BadRequestException, Controller, Get, Query } from '@nestjs/common';
-import { JobsService, SNAPSHOT_JOB, type TickRuns } from './jobs.service.js';
+import { HOUSEKEEPING_JOB, JobsService, SNAPSHOT_JOB, type TickRuns } from './jobs.service.js';
 
 @Controller('jobs')
 export class JobsController {
   constructor(private readonly jobs: JobsService) {}
 
-  /** Runs of the per-second cron job, per tick (from `since`, a Unix second). */
+  /** Runs of a per-second job (`job`: the snapshot job, or `housekeeping`, the leader's), per tick (from `since`, a Unix second). */
   @Get('cron-runs')
-  cronRuns(@Query('since') since?: string): { job: string; ticks: TickRuns[] } {
+  cronRuns(@Query('since') since?: string, @Query('job') job: string = SNAPSHOT_JOB): { job: string; ticks: TickRuns[] } {
     if (since !== undefined && !/^\d{1,12}$/.test(since)) throw new BadRequestException('since must be a Unix time in seconds');
-    return { job: SNAPSHOT_JOB, ticks: this.jobs.cronRuns(since === undefined ? 0 : Number(since)) };
+    if (job !== SNAPSHOT_JOB && job !== HOUSEKEEPING_JOB) throw new BadRequestException(`job must be ${SNAPSHOT_JOB} or ${HOUSEKEEPING_JOB}`);
+    return { job, ticks: this.jobs.cronRuns(since === undefined ? 0 : Number(since), job) };
   }
 
   /** The sales report and who rebuilt it when. */

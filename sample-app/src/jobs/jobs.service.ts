@@ -4,6 +4,8 @@ import type { AppConfig } from '../config.js';
 import { DatabaseService, fenceText } from '../database/database.service.js';
 
 export const SNAPSHOT_JOB = 'sales-snapshot';
+/** The leader-only job (HousekeepingJob). */
+export const HOUSEKEEPING_JOB = 'housekeeping';
 /** The report is rebuilt when it is older than this (by whichever instance gets there first). */
 export const REPORT_EVERY_MS = 5000;
 
@@ -72,13 +74,20 @@ export class JobsService {
     return true;
   }
 
-  cronRuns(sinceTick = 0): TickRuns[] {
+  /** Records one run of `job` for `tick`. */
+  recordRun(job: string, tick: number): void {
+    this.database.db
+      .prepare('INSERT INTO cron_runs (job, tick, instance, ran_at) VALUES (?, ?, ?, ?)')
+      .run(job, tick, this.instance, new Date().toISOString());
+  }
+
+  cronRuns(sinceTick = 0, job = SNAPSHOT_JOB): TickRuns[] {
     return this.database.db
       .prepare<[string, number], { tick: number; runs: number; instances: string }>(
         `SELECT tick, count(*) AS runs, group_concat(instance) AS instances FROM cron_runs
          WHERE job = ? AND tick >= ? GROUP BY tick ORDER BY tick`,
       )
-      .all(SNAPSHOT_JOB, sinceTick)
+      .all(job, sinceTick)
       .map((r) => ({ tick: r.tick, runs: r.runs, instances: r.instances.split(',') }));
   }
 
