@@ -1,6 +1,7 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
+import { ClientWatches, RequestClock, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
 import { ZkLockError } from './errors.js';
 
 // `zookeeper` is a CommonJS native addon, loaded through require (one copy of the binding for the
@@ -101,12 +102,7 @@ export const CreateMode = {
 } as const;
 export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
 
-export type WatchEventType = 'created' | 'deleted' | 'changed' | 'child' | 'session' | 'not-watching';
-/**
- * A watch fires once for its node event; the C client also calls it for every session event
- * (`type: 'session'`) while it is armed, so a waiter wakes on reconnects too.
- */
-export type WatchListener = (event: { type: WatchEventType; path: string }) => void;
+export type { WatchEventType, WatchListener } from './session-bookkeeping.js';
 
 const NATIVE_CONNECTED_STATE = 3;
 
@@ -181,7 +177,10 @@ export class NativeZkSession implements ZkSession {
    * here; the connection sends requests to keep it fresh. Before the first connect it is the
    * connect time (see the 'connect' handler).
    */
-  lastAnsweredSentAt = performance.now();
+  get lastAnsweredSentAt(): number {
+    return this.requests.lastAnsweredSentAt;
+  }
+  private readonly requests = new RequestClock();
   private everConnected = false;
   /**
    * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
@@ -190,8 +189,7 @@ export class NativeZkSession implements ZkSession {
    * they pin this session and its listeners for good.) The listeners are kept here, by kind and
    * path, and dropped once fired, once the reply shows no watch was set, or on `unwatch`.
    */
-  private readonly dataWatches = new Map<string, WatchListener[]>();
-  private readonly childWatches = new Map<string, WatchListener[]>();
+  private readonly watches = new ClientWatches();
 
   constructor(init: SessionInit, events: SessionEvents) {
     const config: Record<string, unknown> = {
@@ -213,7 +211,7 @@ export class NativeZkSession implements ZkSession {
       // A new session holds nothing until a request sent after this moment is answered, so its
       // deadline may start here. A reconnect of the same session proves nothing about when the
       // server last heard from us: the connection's next request tells.
-      if (!this.everConnected) this.lastAnsweredSentAt = performance.now();
+      if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
       this.everConnected = true;
       events.onConnected();
     });
@@ -260,8 +258,7 @@ export class NativeZkSession implements ZkSession {
     this.closed = true;
     this.native.close();
     this.native.removeAllListeners();
-    this.dataWatches.clear();
-    this.childWatches.clear();
+    this.watches.clear();
   }
 
   create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
@@ -272,7 +269,7 @@ export class NativeZkSession implements ZkSession {
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
     return this.call('getChildren', path, (done) =>
-      this.watched(this.childWatches, path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
+      this.watched('child', path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
         this.ops.a_get_children2(path, w, (rc, _e, children, stat) => (registered(rc), done(rc, { children, stat }))),
       ),
     );
@@ -280,7 +277,7 @@ export class NativeZkSession implements ZkSession {
 
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
     return this.call('getData', path, (done) =>
-      this.watched(this.dataWatches, path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
+      this.watched('data', path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
         this.ops.a_get(path, w, (rc, _e, stat, data) => (registered(rc), done(rc, { data: data ?? Buffer.alloc(0), stat }))),
       ),
     );
@@ -289,7 +286,7 @@ export class NativeZkSession implements ZkSession {
   /** Resolves null when the node does not exist (the watch then fires on its creation). */
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
     return this.call<ZkStat | null>('exists', path, (done) =>
-      this.watched(this.dataWatches, path, watch, (rc) => rc === ZkCode.OK || rc === ZkCode.NONODE, (w, registered) =>
+      this.watched('data', path, watch, (rc) => rc === ZkCode.OK || rc === ZkCode.NONODE, (w, registered) =>
         this.ops.a_exists(path, w, (rc, _e, stat) => (registered(rc), rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat))),
       ),
     );
@@ -326,8 +323,7 @@ export class NativeZkSession implements ZkSession {
 
   /** Forgets `listener` (its waiter stopped waiting); a watch left armed on the server fires to nobody. */
   unwatch(path: string, listener: WatchListener): void {
-    disarm(this.dataWatches, path, listener);
-    disarm(this.childWatches, path, listener);
+    this.watches.remove(path, listener);
   }
 
   /**
@@ -336,20 +332,18 @@ export class NativeZkSession implements ZkSession {
    * getChildren on a missing node set no watch, so nothing would ever fire for that listener).
    */
   private watched(
-    map: Map<string, WatchListener[]>,
+    kind: 'data' | 'child',
     path: string,
     listener: WatchListener | undefined,
     registers: (rc: number) => boolean,
     send: (watch: boolean, registered: (rc: number) => void) => number,
   ): number {
     if (!listener) return send(false, () => undefined);
-    const listeners = map.get(path);
-    if (listeners) listeners.push(listener);
-    else map.set(path, [listener]);
+    const drop = this.watches.add(kind, path, listener);
     const sent = send(true, (rc) => {
-      if (!registers(rc)) disarm(map, path, listener);
+      if (!registers(rc)) drop();
     });
-    if (sent !== ZkCode.OK) disarm(map, path, listener);
+    if (sent !== ZkCode.OK) drop();
     return sent;
   }
 
@@ -358,12 +352,7 @@ export class NativeZkSession implements ZkSession {
    * listeners, the rest find none. Session events are not passed on (connection state covers them).
    */
   private dispatchWatch(type: WatchEventType, path: string): void {
-    let listeners: WatchListener[];
-    if (type === 'child') listeners = take(this.childWatches, path);
-    else if (type === 'deleted') listeners = [...take(this.dataWatches, path), ...take(this.childWatches, path)];
-    else if (type === 'created' || type === 'changed') listeners = take(this.dataWatches, path);
-    else return;
-    for (const listener of listeners) listener({ type, path });
+    for (const listener of this.watches.take(type, path)) listener({ type, path });
   }
 
   private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
@@ -373,51 +362,22 @@ export class NativeZkSession implements ZkSession {
         return;
       }
       // Sent no sooner than now (the C client may queue it): a safe lower bound.
-      const sentAt = performance.now();
-      const request = { sentAt };
-      this.pending.add(request);
+      const answered = this.requests.sent();
       const rc = send((code, value) => {
-        this.pending.delete(request);
-        const answered = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
-        if (answered && sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = sentAt;
+        answered(code);
         if (code === ZkCode.OK) resolve(value);
         else reject(new ZkError(code, operation, path));
       });
       // A non-zero return means the request was never queued, and its callback will never run.
       if (rc !== ZkCode.OK) {
-        this.pending.delete(request);
+        answered(rc);
         reject(new ZkError(rc, operation, path));
       }
     });
   }
 
-  /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
-  private readonly pending = new Set<{ sentAt: number }>();
-
   /** How long the oldest request still waiting for its answer has waited (0 if none): a link that stopped answering. */
   unansweredForMs(): number {
-    const oldest = this.pending.values().next().value;
-    return oldest ? performance.now() - oldest.sentAt : 0;
+    return this.requests.unansweredForMs();
   }
-}
-
-/**
- * API error codes (-100 and below) are the server's answers, except these, which the C client
- * makes up itself (an expired or closing handle, failed auth, a watch it does not have).
- */
-const CLIENT_SIDE_CODES = new Set<number>([ZkCode.SESSIONEXPIRED, ZkCode.AUTHFAILED, ZkCode.CLOSING, -117 /* NOTHING */, -121 /* NOWATCHER */]);
-
-function disarm(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
-  const listeners = map.get(path);
-  if (!listeners) return;
-  const index = listeners.lastIndexOf(listener);
-  if (index >= 0) listeners.splice(index, 1);
-  if (listeners.length === 0) map.delete(path);
-}
-
-/** Fires once: the listeners a ZooKeeper event consumes (ZooKeeper drops the watch the same way). */
-function take(map: Map<string, WatchListener[]>, path: string): WatchListener[] {
-  const listeners = map.get(path) ?? [];
-  map.delete(path);
-  return listeners;
 }

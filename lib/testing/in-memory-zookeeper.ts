@@ -12,6 +12,7 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { ZkCode, ZkError } from '../core/zk-error.js';
+import { ClientWatches, RequestClock } from '../core/session-bookkeeping.js';
 import {
   CreateMode,
   ZkPerm,
@@ -672,12 +673,9 @@ export class InMemoryZkSession implements ZkSession {
   /** @internal The server's session once connected. */
   serverSession: ServerSession | undefined;
   private requestedTimeoutMs: number;
-  /** While connected the in-memory server hears us all the time; frozen when the link drops. */
-  private heardAt = performance.now();
-  private readonly dataWatches = new Map<string, WatchListener[]>();
-  private readonly childWatches = new Map<string, WatchListener[]>();
-  /** Requests still waiting for their answer, oldest first. */
-  private readonly pending = new Set<{ sentAt: number }>();
+  /** When the server last heard from us by our requests (while connected it hears us all the time). */
+  private readonly requests = new RequestClock();
+  private readonly watches = new ClientWatches();
   /** Sent before the first connect: the C client holds them until then. */
   private heldUntilConnected: QueuedRequest[] = [];
   /** Watch events that fired while cut off: delivered after the reconnect (the client re-sets its watches). */
@@ -712,7 +710,7 @@ export class InMemoryZkSession implements ZkSession {
    * answered "later" (after a jump of Jest's fake clock) must not make the session look stale.
    */
   get lastAnsweredSentAt(): number {
-    return this.state === 'connected' ? performance.now() : this.heardAt;
+    return this.state === 'connected' ? performance.now() : this.requests.lastAnsweredSentAt;
   }
   get isClosed(): boolean {
     return this.state === 'closed';
@@ -722,8 +720,7 @@ export class InMemoryZkSession implements ZkSession {
     if (this.state === 'closed') return;
     const wasConnected = this.state === 'connected';
     this.state = 'closed';
-    this.dataWatches.clear();
-    this.childWatches.clear();
+    this.watches.clear();
     this.missedEvents = [];
     for (const request of this.heldUntilConnected.splice(0)) request.answer(ZkCode.CLOSING, undefined);
     this.server.clientClosed(this, this.serverSession, wasConnected);
@@ -737,15 +734,15 @@ export class InMemoryZkSession implements ZkSession {
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
-    return this.watched(this.childWatches, 'getChildren', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getChildren(s, path, w));
+    return this.watched('child', 'getChildren', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getChildren(s, path, w));
   }
 
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
-    return this.watched(this.dataWatches, 'getData', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getData(s, path, w));
+    return this.watched('data', 'getData', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getData(s, path, w));
   }
 
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
-    return this.watched(this.dataWatches, 'exists', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.exists(s, path, w));
+    return this.watched('data', 'exists', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.exists(s, path, w));
   }
 
   setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
@@ -778,13 +775,11 @@ export class InMemoryZkSession implements ZkSession {
   }
 
   unwatch(path: string, listener: WatchListener): void {
-    disarm(this.dataWatches, path, listener);
-    disarm(this.childWatches, path, listener);
+    this.watches.remove(path, listener);
   }
 
   unansweredForMs(): number {
-    const oldest = this.pending.values().next().value;
-    return oldest ? performance.now() - oldest.sentAt : 0;
+    return this.requests.unansweredForMs();
   }
 
   // ---- called by the server -----------------------------------------------------------------------
@@ -797,7 +792,7 @@ export class InMemoryZkSession implements ZkSession {
 
   /** @internal The link dropped: `onConnecting`, on a microtask. */
   cutOff(): void {
-    this.heardAt = performance.now();
+    this.requests.lastAnsweredSentAt = performance.now();
     this.state = 'cut-off';
     void Promise.resolve().then(() => this.state !== 'closed' && this.events.onConnecting());
   }
@@ -815,7 +810,7 @@ export class InMemoryZkSession implements ZkSession {
   /** @internal The server expired the session: the client hears it as a drop, then expiry on reconnecting. */
   lostToExpiry(): void {
     const wasConnected = this.state === 'connected';
-    if (wasConnected) this.heardAt = performance.now();
+    if (wasConnected) this.requests.lastAnsweredSentAt = performance.now();
     this.state = 'cut-off';
     void Promise.resolve().then(() => {
       if (this.state === 'closed') return;
@@ -847,7 +842,7 @@ export class InMemoryZkSession implements ZkSession {
     }
     this.serverSession = session;
     this.state = 'connected';
-    this.heardAt = performance.now();
+    this.requests.lastAnsweredSentAt = performance.now();
     this.events.onConnected();
     for (const request of this.heldUntilConnected.splice(0)) this.server.submit(request);
   }
@@ -855,15 +850,14 @@ export class InMemoryZkSession implements ZkSession {
   /** Closed by the server's verdict (expired, auth failed): `onClosed(code)`, like the binding. */
   private endWith(code: number): void {
     this.state = 'closed';
-    this.dataWatches.clear();
-    this.childWatches.clear();
+    this.watches.clear();
     this.missedEvents = [];
     this.events.onClosed(code);
   }
 
   /** NativeZkSession's `watched`: the listener is kept only while the server holds the watch. */
   private watched<T>(
-    map: Map<string, WatchListener[]>,
+    kind: 'data' | 'child',
     operation: string,
     path: string,
     listener: WatchListener | undefined,
@@ -872,21 +866,15 @@ export class InMemoryZkSession implements ZkSession {
   ): Promise<T> {
     const valid = isValidPath(path, false);
     if (!listener || !valid || this.state === 'closed') return this.call(operation, path, valid, (s) => run(s, undefined));
-    const listeners = map.get(path);
-    if (listeners) listeners.push(listener);
-    else map.set(path, [listener]);
+    const drop = this.watches.add(kind, path, listener);
     return this.call(operation, path, true, (s) => run(s, this), (rc) => {
-      if (!registers(rc)) disarm(map, path, listener);
+      if (!registers(rc)) drop();
     });
   }
 
   /** Fires once: `deleted` reaches data and child listeners, `child` child ones, the rest data ones. */
   private dispatchWatch(type: WatchEventType, path: string): void {
-    let listeners: WatchListener[];
-    if (type === 'child') listeners = take(this.childWatches, path);
-    else if (type === 'deleted') listeners = [...take(this.dataWatches, path), ...take(this.childWatches, path)];
-    else listeners = take(this.dataWatches, path);
-    for (const listener of listeners) {
+    for (const listener of this.watches.take(type, path)) {
       try {
         listener({ type, path });
       } catch (error) {
@@ -902,18 +890,13 @@ export class InMemoryZkSession implements ZkSession {
         answered?.(BADARGUMENTS);
         return reject(new ZkError(BADARGUMENTS, operation, path));
       }
-      const sentAt = performance.now();
-      const pending = { sentAt };
-      this.pending.add(pending);
+      const heard = this.requests.sent();
       const request: QueuedRequest = {
         client: this,
         run: run as (session: ServerSession) => unknown,
         answer: (code, value) => {
-          this.pending.delete(pending);
+          heard(code); // only the server's answers move the deadline (as in NativeZkSession)
           answered?.(code);
-          // Only the server's answers move the deadline (as in NativeZkSession).
-          const fromServer = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
-          if (fromServer && sentAt > this.heardAt) this.heardAt = sentAt;
           if (code === ZkCode.OK) resolve(value as T);
           else reject(new ZkError(code, operation, path));
         },
@@ -922,21 +905,4 @@ export class InMemoryZkSession implements ZkSession {
       else this.server.submit(request);
     });
   }
-}
-
-/** API error codes the C client makes up itself (see NativeZkSession). */
-const CLIENT_SIDE_CODES = new Set<number>([ZkCode.SESSIONEXPIRED, ZkCode.AUTHFAILED, ZkCode.CLOSING, -117, -121]);
-
-function disarm(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
-  const listeners = map.get(path);
-  if (!listeners) return;
-  const index = listeners.lastIndexOf(listener);
-  if (index >= 0) listeners.splice(index, 1);
-  if (listeners.length === 0) map.delete(path);
-}
-
-function take(map: Map<string, WatchListener[]>, path: string): WatchListener[] {
-  const listeners = map.get(path) ?? [];
-  map.delete(path);
-  return listeners;
 }

@@ -110,6 +110,23 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     }
   }, 60_000);
 
+  it("a foreign client deleting the leader's node ends its term (node-deleted), and the next participant leads", async () => {
+    const path = uniquePath('election-foreign');
+    const { leaders } = await participants(path, 2);
+    const [a, b] = leaders as [Leadership, Leadership];
+    a.start();
+    const term = await gained(a);
+    b.start();
+    await eventually(async () => (await b.participants()).length === 2, 10_000);
+    const next = gained(b);
+    await (await connect()).session!.delete(term.path);
+    await next;
+    expect((term.signal.reason as LockLostError).reason).toBe('node-deleted');
+    // It queues again behind the new leader.
+    await eventually(async () => (await b.participants()).map((p) => p.id).join() === 'p1,p0', 10_000);
+    await Promise.all([a.close(), b.close()]);
+  });
+
   it("the engine's shutdown makes its leader step down first: the successor leads in about a round trip", async () => {
     const path = uniquePath('election-shutdown');
     const { engines, leaders } = await participants(path, 2);

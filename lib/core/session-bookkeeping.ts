@@ -1,0 +1,94 @@
+import { ZkCode } from './zk-error.js';
+
+export type WatchEventType = 'created' | 'deleted' | 'changed' | 'child' | 'session' | 'not-watching';
+/**
+ * A watch fires once for its node event; the C client also calls it for every session event
+ * (`type: 'session'`) while it is armed, so a waiter wakes on reconnects too.
+ */
+export type WatchListener = (event: { type: WatchEventType; path: string }) => void;
+
+/**
+ * A session's watch listeners, by kind and path, as a ZooKeeper client keeps them: one event
+ * fires them once (`deleted` reaches data and child listeners, `child` child ones, `created` and
+ * `changed` data ones). A listener is kept only while the server holds its watch: `add` returns
+ * the function that drops it again when the reply shows none was set (getData or getChildren on a
+ * missing node), and `remove` forgets one whose waiter stopped waiting. Shared by the C client's
+ * session and the testing kit's in-memory one.
+ */
+export class ClientWatches {
+  private readonly data = new Map<string, WatchListener[]>();
+  private readonly child = new Map<string, WatchListener[]>();
+
+  add(kind: 'data' | 'child', path: string, listener: WatchListener): () => void {
+    const map = kind === 'data' ? this.data : this.child;
+    const listeners = map.get(path);
+    if (listeners) listeners.push(listener);
+    else map.set(path, [listener]);
+    return () => drop(map, path, listener);
+  }
+
+  remove(path: string, listener: WatchListener): void {
+    drop(this.data, path, listener);
+    drop(this.child, path, listener);
+  }
+
+  /** The listeners `type` on `path` fires, taken out (ZooKeeper drops the watch the same way). */
+  take(type: WatchEventType, path: string): WatchListener[] {
+    if (type === 'child') return takeAll(this.child, path);
+    if (type === 'deleted') return [...takeAll(this.data, path), ...takeAll(this.child, path)];
+    if (type === 'created' || type === 'changed') return takeAll(this.data, path);
+    return []; // session events: the connection's state covers them
+  }
+
+  clear(): void {
+    this.data.clear();
+    this.child.clear();
+  }
+}
+
+/**
+ * API error codes (-100 and below) are the server's answers, except these, which the C client
+ * makes up itself (an expired or closing handle, failed auth, a watch it does not have).
+ */
+const CLIENT_SIDE_CODES = new Set<number>([ZkCode.SESSIONEXPIRED, ZkCode.AUTHFAILED, ZkCode.CLOSING, -117 /* NOTHING */, -121 /* NOWATCHER */]);
+
+/**
+ * When the server last heard from a session, from its requests: the send time of the newest one it
+ * answered (a lower bound, see ZkSession.lastAnsweredSentAt), and how long the oldest unanswered
+ * one has waited.
+ */
+export class RequestClock {
+  lastAnsweredSentAt = performance.now();
+  /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
+  private readonly pending = new Set<{ sentAt: number }>();
+
+  /** A request is sent (no sooner than now): returns what to call with its answer's code. */
+  sent(): (code: number) => void {
+    const request = { sentAt: performance.now() };
+    this.pending.add(request);
+    return (code) => {
+      this.pending.delete(request);
+      const fromServer = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
+      if (fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
+    };
+  }
+
+  unansweredForMs(): number {
+    const oldest = this.pending.values().next().value;
+    return oldest ? performance.now() - oldest.sentAt : 0;
+  }
+}
+
+function drop(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
+  const listeners = map.get(path);
+  if (!listeners) return;
+  const index = listeners.lastIndexOf(listener);
+  if (index >= 0) listeners.splice(index, 1);
+  if (listeners.length === 0) map.delete(path);
+}
+
+function takeAll(map: Map<string, WatchListener[]>, path: string): WatchListener[] {
+  const listeners = map.get(path) ?? [];
+  map.delete(path);
+  return listeners;
+}
