@@ -28,6 +28,10 @@
 // dump: uv__epoll_ctl_prep, EPOLL_CTL_ADD, after SIGCONT). The addon now drops its poll handle after
 // every async call that left the handle not connected.
 //
+// A create with an ACL (a_create_acl): the binding's a_create always sends world:anyone:cdrwa, so
+// with \`auth\` configured any client could write to our lock nodes (a forged revoke request, or
+// someone else's holder data); creating each node with its parent's ACL leaves no moment when it is open.
+//
 // And the C client is configured with --with-sock-cloexec: its sockets are close-on-exec, so a
 // child process spawned by the app no longer inherits them (while such a child lived, the client
 // could not reconnect, and the addon could declare a live session expired).
@@ -40,7 +44,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 5;
+const FIX_VERSION = 6;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {
@@ -117,11 +121,37 @@ const ADDON_HUNKS = [
     void yield () {`,
   },
   {
+    before: `    static void ACreateTtl(const Nan::FunctionCallbackInfo<Value>& info) {`,
+    after: `    // ${MARKER}: create with an ACL: a_create_acl(path, data, flags, [{ perm, scheme, auth }], cb).
+    // The C client serializes the request (ACL included) before zoo_acreate returns.
+    static void ACreateAcl(const Nan::FunctionCallbackInfo<Value>& info) {
+        A_METHOD_PROLOG(5);
+
+        Nan::Utf8String _path (toString(info[0]));
+        Local<Object> _data = toLocalObj(info[1]);
+        uint32_t flags = toUint(info[2]);
+        struct ACL_vector *aclv = zk->createAclVector(Local<Array>::Cast(info[3]));
+        int ret = zk->zhandle ? zoo_acreate(zk->zhandle, *_path, BufferData(_data), BufferLength(_data), aclv, flags, string_completion, cb) : ZINVALIDSTATE;
+        deallocate_ACL_vector(aclv);
+        free(aclv);
+        zk->dropClosedSocket();
+        RETURN_VALUE(info, Nan::New<Int32>(ret));
+    }
+
+    static void ACreateTtl(const Nan::FunctionCallbackInfo<Value>& info) {`,
+  },
+  {
+    before: `        Nan::SetPrototypeMethod(constructor_template,  "a_create",  ACreate);\n`,
+    after: `        Nan::SetPrototypeMethod(constructor_template,  "a_create",  ACreate);\n        Nan::SetPrototypeMethod(constructor_template,  "a_create_acl",  ACreateAcl);\n`,
+  },
+  {
     before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,
     after: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n        NODE_DEFINE_CONSTANT(constructor, ${MARKER});\n`,
   },
 ];
 const DEFINE = `#define ${MARKER} ${FIX_VERSION}\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
+/** The prefix an older version of the fix wrote. */
+const OLD_PREFIX = new RegExp(`^#define ${MARKER} \\d+\\n#define NESTJS_ZK_LOCK_RETRY_MS 10\\n`);
 // The C client's own build: sockets with close-on-exec, so that a child process does not inherit them.
 const BUILD_HUNKS = [
   {
@@ -151,13 +181,17 @@ function isFixed(dir) {
   return probe.stdout.trim() === String(FIX_VERSION);
 }
 
-/** Applies `hunks` to `file` (`prefix` first); false if the file does not match them. */
+/**
+ * Applies `hunks` to `file` (`prefix` first); false if the file does not match them. A file an
+ * older version of this fix patched gets the hunks it lacks, and its old prefix replaced.
+ */
 function patchFile(file, hunks, prefix = '') {
   let source = fs.readFileSync(file, 'utf8');
   if (hunks.every(({ after }) => source.includes(after)) && source.startsWith(prefix)) return true;
-  for (const { before } of hunks) if (!source.includes(before)) return false;
-  for (const { before, after } of hunks) source = source.replace(before, after);
-  source = prefix + source;
+  const missing = hunks.filter(({ after }) => !source.includes(after));
+  for (const { before } of missing) if (!source.includes(before)) return false;
+  for (const { before, after } of missing) source = source.replace(before, after);
+  if (prefix && !source.startsWith(prefix)) source = prefix + source.replace(OLD_PREFIX, '');
   // A new file, not an in-place write: package managers may hard-link this file from a shared store.
   const next = `${file}.${process.pid}.tmp`;
   fs.writeFileSync(next, source);

@@ -10,9 +10,10 @@ export interface LockEngineOptions extends HolderIdentity {
   /** Parent of lock names that do not start with "/". Default `/locks`. */
   basePath?: string;
   /**
-   * ACL set on every parent node the library creates (lock paths and their missing ancestors).
-   * ZooKeeper checks create/delete permission on the parent, so with e.g. `SECURE_PARENT_ACL`
-   * only clients with the same credentials can take or break these locks. Default: open.
+   * ACL of every node the library creates: lock paths, their missing ancestors, and the lock nodes
+   * themselves. ZooKeeper checks create/delete permission on the parent and write permission on the
+   * node, so with e.g. `SECURE_PARENT_ACL` only clients with the same credentials can take or break
+   * these locks, rewrite a holder's data or ask it to let go (revoke). Default: open.
    */
   parentAcl?: readonly ZkAcl[];
   /** How long `@WithLock` waits when the decorator names no `waitMs` (e.g. from config). Default 0. */
@@ -142,8 +143,8 @@ export class LockEngine {
     if (version >= ADDON_FIX_VERSION) return;
     addonWarned = true;
     this.warn(
-      'the zookeeper addon lacks the descriptor fix (nestjs-zk-lock\'s postinstall did not run or failed): ' +
-        'a ZooKeeper connection timeout can hang or abort this process. Run ' +
+      `the zookeeper addon lacks nestjs-zk-lock's fix (version ${version} of ${ADDON_FIX_VERSION}; its postinstall did not run or failed): ` +
+        'a ZooKeeper connection timeout can hang or abort this process, and with `auth` each lock node is open for a moment after its create. Run ' +
         '`node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.',
     );
   }

@@ -25,9 +25,16 @@ export interface Created {
 export class ZkOperations {
   constructor(
     private readonly connection: ZkConnection,
-    /** ACL for the parents we create (never applied to an existing node). */
-    private readonly parentAcl?: readonly ZkAcl[],
-  ) {}
+    /**
+     * ACL of every node we create, parents and lock nodes alike (given with the create, so no
+     * node of ours is ever open; never applied to an existing node). Default: open.
+     */
+    acl?: readonly ZkAcl[],
+  ) {
+    this.acl = acl?.length ? acl : undefined;
+  }
+
+  private readonly acl: readonly ZkAcl[] | undefined;
 
   /**
    * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
@@ -57,16 +64,9 @@ export class ZkOperations {
   async ensureContainers(session: ZkSession, path: string): Promise<void> {
     const paths = [...ancestorsOf(path), path];
     // ZooKeeper answers a session's requests in order, so all creates go out at once.
-    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER)));
+    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER, this.acl)));
     for (const result of results) {
       if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
-    }
-    // The binding creates with an open ACL; restrict the nodes we made (only those: never an
-    // existing node's ACL) right behind their creation.
-    const acl = this.parentAcl;
-    if (acl && acl.length > 0) {
-      const made = paths.filter((_, i) => results[i]!.status === 'fulfilled');
-      await Promise.all(made.map((p) => session.setAcl(p, acl).catch((e) => (isZkCode(e, ZkCode.NONODE) ? undefined : Promise.reject(e)))));
     }
   }
 
@@ -93,7 +93,7 @@ export class ZkOperations {
           const ours = children.find((c) => c.startsWith(prefix));
           if (ours) return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
         }
-        const create = session.create(target, node.data, mode);
+        const create = session.create(target, node.data, mode, this.acl);
         const list = session.getChildren(parentPath);
         list.catch(() => undefined);
         const path = await create;

@@ -27,7 +27,7 @@ function loadAddon(): NativeZooKeeperClass {
  * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
  * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
  */
-export const ADDON_FIX_VERSION = 5;
+export const ADDON_FIX_VERSION = 6;
 let loadedFixVersion: number | undefined;
 export function addonFixVersion(): number {
   if (loadedFixVersion === undefined) {
@@ -58,15 +58,23 @@ interface NativeZooKeeper extends NativeOps {
 }
 interface NativeOps {
   a_create(path: string, data: Buffer, flags: number, cb: (rc: number, err: string, path: string) => void): number;
+  /** Added by our patch of the addon (fix version 6); missing from an unpatched one. */
+  a_create_acl?(path: string, data: Buffer, flags: number, acl: NativeAcl[], cb: (rc: number, err: string, path: string) => void): number;
   a_get_children2(path: string, watch: boolean, cb: (rc: number, err: string, children: string[], stat: ZkStat) => void): number;
   a_get(path: string, watch: boolean, cb: (rc: number, err: string, stat: ZkStat, data: Buffer | null) => void): number;
   a_exists(path: string, watch: boolean, cb: (rc: number, err: string, stat: ZkStat) => void): number;
   a_set(path: string, data: Buffer, version: number, cb: (rc: number, err: string, stat: ZkStat) => void): number;
   a_delete_(path: string, version: number, cb: (rc: number, err: string) => void): number;
   a_sync(path: string, cb: (rc: number, err: string) => void): number;
-  a_set_acl(path: string, version: number, acl: { perm: number; scheme: string; auth: string }[], cb: (rc: number, err: string) => void): number;
+  a_set_acl(path: string, version: number, acl: NativeAcl[], cb: (rc: number, err: string) => void): number;
   a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: ZkStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
+}
+
+interface NativeAcl {
+  perm: number;
+  scheme: string;
+  auth: string;
 }
 
 /** A node's stat; `ephemeralOwner` is the owning session id in hex ("0" for persistent nodes). */
@@ -141,7 +149,8 @@ export interface ZkSession {
    */
   readonly lastAnsweredSentAt: number;
   close(): void;
-  create(path: string, data: Buffer, mode: CreateMode): Promise<string>;
+  /** `acl` default: the binding's open ACL (world:anyone:cdrwa). */
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string>;
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }>;
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }>;
   /** Resolves null when the node does not exist (the watch then fires on its creation). */
@@ -261,10 +270,23 @@ export class NativeZkSession implements ZkSession {
     this.watches.clear();
   }
 
-  create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string> {
+    if (acl && !this.ops.a_create_acl) return this.createThenRestrict(path, data, mode, acl);
     return this.call('create', path, (done) =>
-      this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
+      acl
+        ? this.ops.a_create_acl!(path, data, mode, toNativeAcl(acl), (rc, _e, created) => done(rc, created))
+        : this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
     );
+  }
+
+  /**
+   * An addon without our patch cannot create with an ACL: create open, then restrict it before
+   * the caller sees the node (a moment in which the node is open; see the README, Install).
+   */
+  private async createThenRestrict(path: string, data: Buffer, mode: CreateMode, acl: readonly ZkAcl[]): Promise<string> {
+    const created = await this.create(path, data, mode);
+    await this.setAcl(created, acl);
+    return created;
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
@@ -306,8 +328,7 @@ export class NativeZkSession implements ZkSession {
   }
 
   setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
-    const native = acl.map((a) => ({ perm: a.perms, scheme: a.scheme, auth: a.id }));
-    return this.call('setAcl', path, (done) => this.ops.a_set_acl(path, version, native, (rc) => done(rc, undefined)));
+    return this.call('setAcl', path, (done) => this.ops.a_set_acl(path, version, toNativeAcl(acl), (rc) => done(rc, undefined)));
   }
 
   getAcl(path: string): Promise<ZkAcl[]> {
@@ -380,4 +401,8 @@ export class NativeZkSession implements ZkSession {
   unansweredForMs(): number {
     return this.requests.unansweredForMs();
   }
+}
+
+function toNativeAcl(acl: readonly ZkAcl[]): NativeAcl[] {
+  return acl.map((a) => ({ perm: a.perms, scheme: a.scheme, auth: a.id }));
 }

@@ -182,8 +182,9 @@ class DataTree {
   // ---- operations (run inside the queue, in order) ----------------------------------------------
 
   /** @internal */
-  create(session: ServerSession, path: string, data: Buffer, mode: CreateMode): string {
+  create(session: ServerSession, path: string, data: Buffer, mode: CreateMode, acl: readonly ZkAcl[] = OPEN_ACL): string {
     const zxid = this.nextZxid(); // failed writes take a zxid too (an error transaction)
+    const fixedAcl = fixupAcl(acl, session);
     if (path === '/') refuse(ZkCode.NODEEXISTS);
     const parentPath = parentOf(path);
     const parent = this.find(parentPath) ?? refuse(ZkCode.NONODE);
@@ -195,7 +196,7 @@ class DataTree {
     if (parent.ephemeralOwner) refuse(NOCHILDRENFOREPHEMERALS);
     const ephemeral = mode === CreateMode.EPHEMERAL || mode === CreateMode.EPHEMERAL_SEQUENTIAL;
     const now = Date.now();
-    const node = new ZNode(Buffer.from(data), OPEN_ACL, zxid, now, ephemeral ? session : undefined, mode === CreateMode.CONTAINER);
+    const node = new ZNode(Buffer.from(data), fixedAcl, zxid, now, ephemeral ? session : undefined, mode === CreateMode.CONTAINER);
     parent.children.set(name, node);
     parent.childCreates++;
     parent.pzxid = zxid;
@@ -728,9 +729,9 @@ export class InMemoryZkSession implements ZkSession {
     this.events.onClosed(0);
   }
 
-  create(path: string, data: Buffer, mode: CreateMode): Promise<string> {
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string> {
     const sequential = mode === CreateMode.PERSISTENT_SEQUENTIAL || mode === CreateMode.EPHEMERAL_SEQUENTIAL;
-    return this.call('create', path, isValidPath(path, sequential), (s) => this.server.tree.create(s, path, data, mode));
+    return this.call('create', path, isValidPath(path, sequential), (s) => this.server.tree.create(s, path, data, mode, acl));
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {

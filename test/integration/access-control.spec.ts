@@ -40,15 +40,36 @@ describe('access control: digest auth and locked-down parents', () => {
         codeName: 'NOAUTH',
       });
       await expect(intruder.session!.delete(lease.path)).rejects.toMatchObject({ codeName: 'NOAUTH' });
+      // ... nor write to it: not someone else's holder data, not Curator's revoke marker.
+      for (const data of ['{"app":"forged"}', '__REVOKE__']) {
+        await expect(intruder.session!.setData(lease.path, Buffer.from(data))).rejects.toMatchObject({ codeName: 'NOAUTH' });
+      }
       const lockedOut = new Mutex(new LockEngine(intruder), 'orders', lockPath);
       await expect(lockedOut.acquire({ waitMs: 0 })).rejects.toMatchObject({ codeName: 'NOAUTH' });
     }
+
+    // The lock node itself was created with the parent's ACL (no moment in which it was open).
+    expect(await alice.connection.session!.getAcl(lease.path)).toEqual(acl);
+    expect(JSON.parse((await anonymous.session!.getData(lease.path)).data.toString())).not.toHaveProperty('forged');
 
     // A second client with the same credentials takes part normally.
     const alice2 = new LockEngine(await connect({ auth: ALICE }), { parentAcl: SECURE_PARENT_ACL });
     const waiting = new Mutex(alice2, 'orders', lockPath).acquire({ waitMs: 10_000 });
     await lease.release();
     await (await waiting).release();
+  });
+
+  it('an addon without our patch (no create with an ACL) still restricts each lock node before acquire returns', async () => {
+    const lockPath = `${uniquePath('acl')}/orders`;
+    const connection = await connect({ auth: ALICE });
+    // What an unpatched addon lacks: shadow the method on this one handle.
+    const native = (connection.session as unknown as { ops: object }).ops;
+    Object.defineProperty(native, 'a_create_acl', { value: undefined });
+    const lease = await new Mutex(new LockEngine(connection, { parentAcl: SECURE_PARENT_ACL }), 'orders', lockPath).acquire();
+    expect(await connection.session!.getAcl(lease.path)).toEqual(await connection.session!.getAcl(lockPath));
+    const anonymous = await connect();
+    await expect(anonymous.session!.setData(lease.path, Buffer.from('__REVOKE__'))).rejects.toMatchObject({ codeName: 'NOAUTH' });
+    await lease.release();
   });
 
   it('never puts credentials in errors or descriptions', async () => {
