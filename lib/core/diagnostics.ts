@@ -19,6 +19,8 @@ export const LockChannels = {
   released: diagnostics_channel.channel('nestjs-zk-lock:released'),
   /** `{ name, path, reason, heldMs }`: a held lease was lost. */
   lost: diagnostics_channel.channel('nestjs-zk-lock:lost'),
+  /** `{ name, path, lockPath, kind }`: a revocable holder was asked to let go (see `revocable`). */
+  revokeRequested: diagnostics_channel.channel('nestjs-zk-lock:revoke-requested'),
   /**
    * `{ name, path, lockPath, kind, error }`: a release could not delete the lock node for a reason
    * a retry cannot fix (e.g. NOAUTH after an ACL change): the lock stays taken until the session ends.
@@ -50,6 +52,7 @@ export interface LockEventPayloads {
   contended: LockEventSubject;
   released: LockEventSubject & { heldMs: number };
   lost: LockEventSubject & { reason: string; heldMs: number };
+  revokeRequested: LockEventSubject;
   releaseFailed: LockEventSubject & { error: unknown };
   connectionState: { state: ConnectionState; previous: ConnectionState; sessionId: string | undefined };
 }

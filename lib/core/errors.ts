@@ -79,7 +79,12 @@ export type LockLostReason =
   /** The application shut down and the holder had not released within `shutdownGraceMs`. */
   | 'shutdown'
   /** A leader stepped down (`Leadership.stepDown()` / `close()`, also at the application's shutdown). */
-  | 'stepped-down';
+  | 'stepped-down'
+  /**
+   * Someone asked the holder to let go (`revoke`, Curator's `Revoker`) and the lock was made with
+   * `revocable: true`: the signal aborts so the work stops, and the lock is held until `release()`.
+   */
+  | 'revoked';
 
 /** The reason a lease's `signal` aborts with. */
 export class LockLostError extends ZkLockError {

@@ -30,8 +30,20 @@ export function holderDataWriter(identity: HolderIdentity): () => Buffer {
   return () => Buffer.from(`${head}"${new Date().toISOString()}"}`);
 }
 
+/**
+ * Curator's revoke request (`LockInternals.REVOKE_MESSAGE`): written as a holder's node data by
+ * whoever asks it to let go (`Revoker.attemptRevoke`), so Java and Node holders hear each other.
+ * It replaces the holder's data.
+ */
+export const REVOKE_MARKER = '__REVOKE__';
+
+export function isRevokeRequest(data: Buffer): boolean {
+  return data.length === REVOKE_MARKER.length && data.toString('latin1') === REVOKE_MARKER;
+}
+
 /** Parses a node's data as HolderInfo; Curator's nodes hold a bare IP, which becomes `{ host }`. */
 export function parseHolderData(data: Buffer): Partial<HolderInfo> {
+  if (isRevokeRequest(data)) return {};
   const text = data.toString('utf8');
   if (text.startsWith('{')) {
     try {

@@ -19,3 +19,4 @@ export { LockContext, type LockContextValue } from './lock-context.js';
 export { parseHolderData, type HolderInfo } from './holder-data.js';
 export { LockChannels, type LockEventPayloads, type LockEventSubject, type AcquireSubject } from './diagnostics.js';
 export { inspectLock, inspectLocks, type LockInfo, type ContenderInfo, type ContenderMode, type InspectedLockKind, type InspectLockOptions, type InspectLocksOptions } from './inspect.js';
+export { revokeHolders, REVOKE_MARKER, type Revocable } from './revocation.js';

@@ -1,5 +1,5 @@
 import { InvalidOptionError } from './errors.js';
-import { parseHolderData, type HolderInfo } from './holder-data.js';
+import { isRevokeRequest, parseHolderData, type HolderInfo } from './holder-data.js';
 import { joinPath, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
 import { ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection } from './zk-connection.js';
@@ -30,6 +30,8 @@ export interface ContenderInfo {
    * createdAt }`; Curator writes the client's IP address, reported as `{ host }`.
    */
   readonly holder: Partial<HolderInfo>;
+  /** Someone asked this holder to let go (Curator's revoke marker replaced its data). */
+  readonly revokeRequested: boolean;
   /** The ZooKeeper session that owns the (ephemeral) node, in hex; "0" for a persistent node. */
   readonly sessionId: string;
   /** When the server created the node (its ctime). */
@@ -233,6 +235,7 @@ function contender(raw: RawNode, holds: boolean, now: number): ContenderInfo {
     sequence: sequenceOf(raw.node),
     holds,
     holder: parseHolderData(raw.data),
+    revokeRequested: isRevokeRequest(raw.data),
     sessionId: raw.stat.ephemeralOwner,
     createdAt: created,
     ageMs: Math.max(0, now - created.getTime()),

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { InvalidOptionError, LockLostError, type LockLostReason } from './errors.js';
-import { NodeLease } from './lease.js';
+import { NodeLease, type Lease } from './lease.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath, sortChildren } from './lock-path.js';
 import { acquireInQueue, type QueueSpec } from './lock-queue.js';
@@ -14,6 +14,11 @@ export interface LeadershipOptions {
    * the id). Default `<host>:<pid>`.
    */
   participantId?: string;
+  /**
+   * A request to let go (`LockService.revoke(name)`, Curator's `Revoker` on the leader's node)
+   * makes the leader step down (reason `revoked`) and queue again at the tail. Default false.
+   */
+  revocable?: boolean;
 }
 
 /** One term of leadership: from becoming leader until it ends (lost, stepped down, shut down). @publicApi */
@@ -65,6 +70,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   private cancelQueueing: (() => void) | undefined;
   private stopWatchingEngine: (() => void) | undefined;
   private campaigning: Promise<void> | undefined;
+  private readonly revocable: boolean;
 
   constructor(
     private readonly engine: LockEngine,
@@ -74,6 +80,9 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   ) {
     super();
     const { participantId = `${hostname()}:${process.pid}` } = options ?? {};
+    const { revocable } = options ?? {};
+    if (revocable !== undefined && typeof revocable !== 'boolean') throw new InvalidOptionError('revocable', 'expected true or false');
+    this.revocable = revocable ?? false;
     if (typeof participantId !== 'string') throw new InvalidOptionError('participantId', 'expected a string');
     this.participantId = participantId;
     const data = Buffer.from(participantId, 'utf8');
@@ -144,10 +153,14 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   }
 
   /** Ends the current term (its signal aborts, then its node goes) and queues again at the tail. */
-  async stepDown(): Promise<void> {
+  stepDown(): Promise<void> {
+    return this.endTerm('stepped-down');
+  }
+
+  private async endTerm(reason: 'stepped-down' | 'revoked', lease = this.current?.lease): Promise<void> {
     const current = this.current;
-    if (!current) return;
-    current.end('stepped-down');
+    if (!current || current.lease !== lease) return;
+    current.end(reason);
     await current.lease.release();
   }
 
@@ -197,7 +210,8 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       let lease: NodeLease;
       try {
         const entry = await acquireInQueue(this.engine, this.spec, { onCancellable: (cancel) => (this.cancelQueueing = cancel) });
-        lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path });
+        const revocable = this.revocable ? (revoked: Lease) => void this.endTerm('revoked', revoked as NodeLease) : undefined;
+        lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path, revocable });
         failures = 0;
       } catch (error) {
         if (this.closed || this.engine.isShuttingDown || this.engine.connection.state === 'closed') break;

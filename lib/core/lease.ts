@@ -1,8 +1,10 @@
-import { DeletionWatch } from './deletion-watch.js';
+import { NodeWatch } from './node-watch.js';
 import { LockLostError, type LockLostReason } from './errors.js';
 import { publish } from './diagnostics.js';
 import type { LockEngine, SessionBound } from './lock-engine.js';
 import type { QueueEntry } from './lock-queue.js';
+import { isRevokeRequest } from './holder-data.js';
+import type { Revocable } from './revocation.js';
 
 /**
  * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after
@@ -39,6 +41,8 @@ export interface LeaseOptions {
   leaseMs?: number;
   /** Called once when the lease stops being held (released or lost), before its lock is given up. */
   onEnd?: (reason: LockLostReason | 'released') => void;
+  /** Listen for revocation requests (see `Revocable`). */
+  revocable?: Revocable;
 }
 
 /**
@@ -118,7 +122,17 @@ export abstract class HeldLease implements Lease {
     this.controller.abort(new LockLostError(this.name, reason));
   }
 
-  private describe() {
+  /**
+   * Aborts the signal (with `reason`) so that the work stops, while the lease stays held until
+   * `release()`: the promise holds either way, since nobody else can hold it before that.
+   */
+  protected interrupt(reason: LockLostReason): void {
+    if (this.ended) return;
+    this.controller ??= new AbortController();
+    if (!this.controller.signal.aborted) this.controller.abort(new LockLostError(this.name, reason));
+  }
+
+  protected describe() {
     return { name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind };
   }
 
@@ -143,6 +157,8 @@ export class NodeLease extends HeldLease implements SessionBound {
     super(name, options);
     this.sessionId = entry.session.id;
     this.untrack = engine.track(this);
+    // A revocable holder listens from the start: a request must not wait for someone to read the signal.
+    if (options.revocable) void this.arm();
   }
 
   get session() {
@@ -161,7 +177,7 @@ export class NodeLease extends HeldLease implements SessionBound {
     return this.entry.fencingToken;
   }
 
-  private deletionWatch: DeletionWatch | undefined;
+  private nodeWatch: NodeWatch | undefined;
 
   /**
    * Watches our node, so that its deletion by someone else ends the lease; resolves true once
@@ -173,13 +189,30 @@ export class NodeLease extends HeldLease implements SessionBound {
 
   /** True while the deletion watch is known to be set: a deletion would be heard of. */
   get watchArmed(): boolean {
-    return this.deletionWatch?.armed === true;
+    return this.nodeWatch?.armed === true;
   }
 
   protected armSignal(): Promise<boolean> {
     const { session, path } = this.entry;
-    this.deletionWatch = new DeletionWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s));
-    return this.deletionWatch.ready;
+    const onData = this.options.revocable ? (data: Buffer) => this.onNodeData(data) : undefined;
+    this.nodeWatch = new NodeWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s), onData);
+    return this.nodeWatch.ready;
+  }
+
+  private revokeHeard = false;
+
+  /** A revocable holder's node data: Curator's revoke marker asks it to let go (told once). */
+  private onNodeData(data: Buffer): void {
+    if (this.revokeHeard || !isRevokeRequest(data) || !this.isHeld) return;
+    this.revokeHeard = true;
+    if (!this.options.silent) publish('revokeRequested', () => this.describe());
+    const revocable = this.options.revocable;
+    if (typeof revocable !== 'function') return this.interrupt('revoked');
+    try {
+      revocable(this);
+    } catch (error) {
+      this.engine.warn(`The revocation listener of lock ${JSON.stringify(this.name)} threw: ${String(error)}`);
+    }
   }
 
   onSessionGone(reason: LockLostReason): void {
@@ -193,7 +226,7 @@ export class NodeLease extends HeldLease implements SessionBound {
 
   protected override end(reason: LockLostReason | 'released'): void {
     this.untrack();
-    this.deletionWatch?.stop();
+    this.nodeWatch?.stop();
     super.end(reason);
   }
 

@@ -1,6 +1,6 @@
 import type { AcquireOptions } from './acquire-options.js';
 import { Cancellation } from './cancellation.js';
-import { DeletionWatch } from './deletion-watch.js';
+import { NodeWatch } from './node-watch.js';
 import { ConnectionClosedError } from './errors.js';
 import { publish } from './diagnostics.js';
 import type { LockEngine } from './lock-engine.js';
@@ -227,7 +227,7 @@ class QueueWaiter {
   }
 
   /** Our node (per attempt) whose deletion we watch. */
-  private ownWatch: { path: string; watch: DeletionWatch } | undefined;
+  private ownWatch: { path: string; watch: NodeWatch } | undefined;
 
   /**
    * Before relying on "predecessor gone, so we hold", watch our own node too (pipelined, once per
@@ -239,7 +239,7 @@ class QueueWaiter {
   private watchOwnNode(session: ZkSession, path: string): void {
     if (this.ownWatch?.path === path) return;
     this.stopOwnWatch();
-    this.ownWatch = { path, watch: new DeletionWatch(session, path, () => this.wake?.(), (s) => this.engine.ops.sessionUsable(s)) };
+    this.ownWatch = { path, watch: new NodeWatch(session, path, () => this.wake?.(), (s) => this.engine.ops.sessionUsable(s)) };
   }
 
   private stopOwnWatch(): void {

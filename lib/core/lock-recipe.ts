@@ -8,6 +8,7 @@ import { notAcquiredError } from './cancellation.js';
 import type { LockEngine } from './lock-engine.js';
 import { LockContext } from './lock-context.js';
 import type { Lease } from './lease.js';
+import type { Revocable } from './revocation.js';
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */
 export interface Lockable {
@@ -44,8 +45,8 @@ export abstract class LockRecipe implements Lockable {
   }
 
   /** What every lease of this lock says about itself in diagnostics events. */
-  protected leaseOptions(leaseMs: number | undefined) {
-    return { leaseMs, kind: this.kind, lockPath: this.path, silent: this.silent };
+  protected leaseOptions(leaseMs: number | undefined, revocable?: Revocable) {
+    return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent };
   }
 
   protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;

@@ -5,6 +5,7 @@ import type { AcquireOptions } from './acquire-options.js';
 import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
+import { checkRevocable, type Revocable } from './revocation.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */
@@ -30,6 +31,12 @@ export interface MutexOptions {
    * other process waits, handoffs are not limited.
    */
   maxLocalHandoffs?: number;
+  /**
+   * Listen for requests to let go (`LockService.revoke`, Curator's `Revoker`): `true` aborts the
+   * lease's signal with reason `revoked`; a function is called with the lease. Takes one node per
+   * caller (no coalescing). Default false. See `Revocable`.
+   */
+  revocable?: Revocable;
   /** @internal A recipe's own lock (e.g. a semaphore's): no diagnostics events. */
   internal?: boolean;
 }
@@ -57,6 +64,7 @@ export class Mutex extends LockRecipe {
   private readonly spec: QueueSpec;
   /** Local handoff bound when coalescing; undefined when each caller queues its own node. */
   private readonly maxLocalHandoffs: number | undefined;
+  private readonly revocable: Revocable | undefined;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
     options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce']);
@@ -66,12 +74,15 @@ export class Mutex extends LockRecipe {
     this.spec = mutexSpec(name, path, options.internal ?? false);
     const defaults = engine.coalescing;
     const maxLocalHandoffs = positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', defaults.maxLocalHandoffs, 0, MAX_LOCAL_HANDOFFS);
+    this.revocable = checkRevocable(options.revocable);
     // A recipe's internal lock never coalesces: the semaphore pins its lease to that lock's session.
-    this.maxLocalHandoffs = (options.coalesce ?? defaults.coalesce) && !options.internal ? maxLocalHandoffs : undefined;
+    // Nor does a revocable one: a revocation speaks to the holder of one node.
+    const coalesce = (options.coalesce ?? defaults.coalesce) && !options.internal && !this.revocable;
+    this.maxLocalHandoffs = coalesce ? maxLocalHandoffs : undefined;
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    const leaseOptions = this.leaseOptions(this.leaseMs);
+    const leaseOptions = this.leaseOptions(this.leaseMs, this.revocable);
     const maxLocalHandoffs = this.maxLocalHandoffs;
     if (maxLocalHandoffs !== undefined) {
       // Mutexes of one path with the same settings share one in-process queue.

@@ -6,14 +6,23 @@ import type { AcquireOptions } from './acquire-options.js';
 import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
+import { checkRevocable, type Revocable } from './revocation.js';
 
 const READ = '__READ__';
 const WRITE = '__WRIT__';
 const MARKERS = [READ, WRITE] as const;
 
+/** What both halves' leases get: the max hold time and how they hear revocation. */
+interface HeldOptions {
+  leaseMs: number | undefined;
+  revocable: Revocable | undefined;
+}
+
 export interface ReadWriteLockOptions {
   /** Max hold time in ms of each half's leases. */
   leaseMs?: number;
+  /** Both halves' holders listen for requests to let go (see `MutexOptions.revocable`). */
+  revocable?: Revocable;
 }
 
 /**
@@ -29,9 +38,9 @@ export class ReadWriteLock {
 
   constructor(engine: LockEngine, name: string, path: string, options?: ReadWriteLockOptions) {
     options = checkRecipeOptions(options);
-    const leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
-    this.write = new WriteLock(engine, name, path, leaseMs);
-    this.read = new ReadLock(engine, name, path, leaseMs, this.write);
+    const held = { leaseMs: optionalPositiveInteger(options.leaseMs, 'leaseMs'), revocable: checkRevocable(options.revocable) };
+    this.write = new WriteLock(engine, name, path, held);
+    this.read = new ReadLock(engine, name, path, held, this.write);
   }
 }
 
@@ -43,7 +52,7 @@ export class WriteLock extends LockRecipe {
     engine: LockEngine,
     name: string,
     path: string,
-    private readonly leaseMs: number | undefined,
+    private readonly held: HeldOptions,
   ) {
     super(engine, name, path, true);
     this.spec = {
@@ -73,7 +82,7 @@ export class WriteLock extends LockRecipe {
       );
     }
     const entry = await acquireInQueue(this.engine, this.spec, options);
-    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 }
 
@@ -84,7 +93,7 @@ export class ReadLock extends LockRecipe {
     engine: LockEngine,
     name: string,
     path: string,
-    private readonly leaseMs: number | undefined,
+    private readonly held: HeldOptions,
     private readonly writeLock: WriteLock,
   ) {
     super(engine, name, path, true);
@@ -111,6 +120,6 @@ export class ReadLock extends LockRecipe {
       },
     };
     const entry = await acquireInQueue(this.engine, spec, options);
-    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs));
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 }

@@ -75,6 +75,10 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     description: 'Releases that could not delete the lock node (the lock stays taken until the session ends)',
     valueType: ValueType.INT,
   });
+  const revokeRequests = meter.createCounter('zk_lock.revoke_requests', {
+    description: 'Requests to let go heard by revocable holders of this process',
+    valueType: ValueType.INT,
+  });
   const transitions = meter.createCounter('zk_lock.connection.transitions', {
     description: 'ZooKeeper connection state changes',
     valueType: ValueType.INT,
@@ -134,6 +138,7 @@ export function enableZkLockMetrics(meter: Meter = metrics.getMeter('nestjs-zk-l
     contended: (message) => contended.add(1, attributes(undefined, message.path)),
     released: (message) => endHold(message, 'released'),
     lost: (message) => endHold(message, 'lost'),
+    revokeRequested: (message) => revokeRequests.add(1, attributes(message.kind, message.lockPath ?? message.path)),
     releaseFailed: (message) => releaseFailures.add(1, attributes(message.kind, message.lockPath ?? message.path)),
     connectionState: ({ state, previous }) => {
       transitions.add(1, { 'zk_lock.connection.state': state, 'zk_lock.connection.previous_state': previous });

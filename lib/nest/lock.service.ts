@@ -10,7 +10,8 @@ import type { Lockable } from '../core/lock-recipe.js';
 import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
 import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
 import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
-import { inspectLock, inspectLocks, type InspectLockOptions, type InspectLocksOptions, type LockInfo } from '../core/inspect.js';
+import { inspectLock, inspectLocks, type ContenderInfo, type InspectLockOptions, type InspectLocksOptions, type LockInfo } from '../core/inspect.js';
+import { revokeHolders } from '../core/revocation.js';
 
 /**
  * Distributed locks for the application, over the module's ZooKeeper session. Names map to
@@ -83,6 +84,17 @@ export class LockService {
     // Both wait for a connection: pass a signal (e.g. AbortSignal.timeout(2000)) to bound that.
     if (typeof nameOrOptions !== 'string') return inspectLocks(this.connection, this.engine.basePath, nameOrOptions);
     return inspectLock(this.connection, this.pathOf(nameOrOptions), options);
+  }
+
+  /**
+   * Asks the current holder(s) of lock or election `name` to let go (Curator's revocation, so Java
+   * holders hear it too) and resolves with the holders asked, as `inspect` describes them (empty
+   * when nobody holds it). Only holders that made their lock `revocable` act on it; it is a
+   * request, not a break. Rejects with a ZkError NOAUTH without write access to the lock's nodes
+   * (with `auth`, only clients with the same credentials have it).
+   */
+  revoke(name: string, options?: { signal?: AbortSignal }): Promise<ContenderInfo[]> {
+    return revokeHolders(this.connection, this.pathOf(name), options);
   }
 
   /** Parent of relative lock names (`basePath` option). */

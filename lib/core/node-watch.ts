@@ -1,3 +1,4 @@
+import { isZkCode, ZkCode } from './zk-error.js';
 import type { WatchEventType, ZkSession } from './zk-session.js';
 
 /**
@@ -7,8 +8,10 @@ import type { WatchEventType, ZkSession } from './zk-session.js';
  * marker) spends it, so any event other than the deletion arms it again. A request that fails
  * on a connection error sets no watch either: it is re-armed once the session is usable again.
  * `armed` is true only while the watch is known to be set on the existing node.
+ * With `onData` (a revocable holder), each arming reads the node's data too (one request either
+ * way), so every change of it is seen.
  */
-export class DeletionWatch {
+export class NodeWatch {
   armed = false;
   gone = false;
   /** The first arming's outcome: true once set on the existing node. */
@@ -21,6 +24,7 @@ export class DeletionWatch {
     private readonly onDeleted: () => void,
     /** Resolves true when `session` is connected again, false when it is gone for good. */
     private readonly whenUsable: (session: ZkSession) => Promise<boolean>,
+    private readonly onData?: (data: Buffer) => void,
   ) {
     this.ready = this.arm();
   }
@@ -39,17 +43,25 @@ export class DeletionWatch {
   };
 
   private arm(): Promise<boolean> {
-    return this.session.exists(this.path, this.listener).then(
-      (stat) => {
+    const onData = this.onData;
+    const read: Promise<boolean> = onData
+      ? this.session.getData(this.path, this.listener).then(({ data }) => (this.stopped || this.gone ? undefined : onData(data), true))
+      : this.session.exists(this.path, this.listener).then((stat) => stat !== null);
+    return read.then(
+      (exists) => {
         if (this.stopped || this.gone) return false;
-        if (stat === null) {
+        if (!exists) {
           this.deleted();
           return false;
         }
         this.armed = true;
         return true;
       },
-      () => {
+      (error: unknown) => {
+        if (isZkCode(error, ZkCode.NONODE)) {
+          if (!this.stopped) this.deleted();
+          return false;
+        }
         // Connection trouble (or the session is gone: its loss is reported elsewhere).
         if (!this.stopped) void this.whenUsable(this.session).then((usable) => usable && !this.stopped && this.arm());
         return false;

@@ -1,0 +1,49 @@
+import { InvalidOptionError, LockUsageError } from './errors.js';
+import { inspectLock, type ContenderInfo } from './inspect.js';
+import type { Lease } from './lease.js';
+import type { ZkConnection } from './zk-connection.js';
+import { REVOKE_MARKER } from './holder-data.js';
+import { isZkCode, ZkCode } from './zk-error.js';
+
+export { REVOKE_MARKER } from './holder-data.js';
+const MARKER_BYTES = Buffer.from(REVOKE_MARKER);
+
+/**
+ * Whether (and how) a holder listens for revocation requests, Curator's `makeRevocable`:
+ * `true` aborts the lease's `signal` with reason `revoked` (the lock stays held until `release()`);
+ * a function is called once with the lease and decides (release it, or not). A revocation is a
+ * request: a holder that ignores it keeps the lock. A revocable mutex takes its own node per
+ * caller (no in-process coalescing), since a request speaks to one holder.
+ * @publicApi
+ */
+export type Revocable = boolean | ((lease: Lease) => void);
+
+/** Checks a recipe's `revocable` option from untyped callers. */
+export function checkRevocable(value: unknown): Revocable | undefined {
+  if (value === undefined || typeof value === 'boolean' || typeof value === 'function') return value as Revocable | undefined;
+  throw new InvalidOptionError('revocable', 'expected true, false or a function (lease) => void');
+}
+
+/**
+ * Asks every current holder of the lock at `lockPath` to let go (the mutex holder, the read-write
+ * holders, the leader of an election): writes Curator's revoke marker as each holder node's data.
+ * Resolves with the holders asked (read just before asking; a holder that left meanwhile is not
+ * listed). Only holders that made their lock revocable act on it. Without write permission on the
+ * nodes (their creator's ACL) it rejects with a ZkError NOAUTH.
+ * @publicApi
+ */
+export async function revokeHolders(connection: ZkConnection, lockPath: string, options: { signal?: AbortSignal } = {}): Promise<ContenderInfo[]> {
+  const lock = await inspectLock(connection, lockPath, { signal: options.signal });
+  if (!lock || lock.holders.length === 0) return [];
+  if (lock.kind === 'semaphore') throw new LockUsageError(`Lock ${JSON.stringify(lockPath)} is a semaphore: its leases are not revocable (nor are Curator's)`);
+  const session = await connection.whenConnected(options.signal);
+  const asked = await Promise.all(
+    lock.holders.map((holder) =>
+      session.setData(holder.path, MARKER_BYTES).then(
+        () => holder,
+        (error: unknown) => (isZkCode(error, ZkCode.NONODE) ? undefined : Promise.reject(error)),
+      ),
+    ),
+  );
+  return asked.filter((holder): holder is ContenderInfo => holder !== undefined);
+}
