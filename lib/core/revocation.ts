@@ -11,7 +11,8 @@ const MARKER_BYTES = Buffer.from(REVOKE_MARKER);
 /**
  * Whether (and how) a holder listens for revocation requests, Curator's `makeRevocable`:
  * `true` aborts the lease's `signal` with reason `revoked` (the lock stays held until `release()`);
- * a function is called once with the lease and decides (release it, or not). A revocation is a
+ * a function is called once with the lease and decides (release it, or not; for a
+ * re-entrant mutex it gets the underlying hold, so its release lets go of nested holds too). A revocation is a
  * request: a holder that ignores it keeps the lock. A revocable mutex takes its own node per
  * caller (no in-process coalescing), since a request speaks to one holder.
  * @publicApi

@@ -403,6 +403,27 @@ export class CuratorPeer {
     await this.request('writeRelease', [id]);
   }
 
+  // ---- revocation (Curator's cooperative protocol: "__REVOKE__" written to a holder's node) ----
+
+  /**
+   * makeRevocable on lock `id` (a mutex, or both halves of a read-write lock); call it before the
+   * acquire. Each revocation request is counted (`revocations`); with 'release' the peer also lets
+   * go of the revoked lock on the id's thread, as Curator's listeners are expected to.
+   */
+  async revocable(id: string, mode: 'release' | 'record'): Promise<void> {
+    await this.request('revocable', [id, mode]);
+  }
+
+  /** How many times lock `id`'s revocation listener ran. */
+  async revocations(id: string): Promise<number> {
+    return (await this.request('revocations', [id])) as number;
+  }
+
+  /** Revoker.attemptRevoke(client, path): asks the holder of the node at `path` to let go. */
+  async revoke(path: string): Promise<void> {
+    await this.request('revoke', [path]);
+  }
+
   // ---- plain ZooKeeper reads through Curator's session ----
 
   /** Children of `path` in server order, or null when it does not exist. */

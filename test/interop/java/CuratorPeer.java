@@ -13,8 +13,8 @@
 // Locks are named by caller-chosen ids. Every command on one id runs on that id's own thread, in
 // request order (Curator's InterProcessMutex is owned per thread, so acquire and release must run
 // on the same thread). A blocking acquire on one id therefore never holds up commands on other ids.
-// Creating locks, participants, children, stat, sessionId, ping and quit run on the reader thread
-// or a shared pool and are never queued behind an id's acquire.
+// Creating locks, participants, revocations, revoke, children, stat, sessionId, ping and quit run
+// on the reader thread or a shared pool and are never queued behind an id's acquire.
 //
 // Commands (timeouts in ms; a negative timeout waits without limit):
 //   mutex <id> <path>                      new InterProcessMutex                     -> null
@@ -31,6 +31,20 @@
 //   readRelease <id>                       readLock().release                        -> null
 //   writeAcquire <id> <timeoutMs>          writeLock().acquire                       -> true | false
 //   writeRelease <id>                      writeLock().release                       -> null
+//   latch <id> <path> <participantId>      new LeaderLatch, started                  -> null
+//   hasLeadership <id>                                                               -> true | false
+//   latchLeader <id>                       getLeader().getId()                       -> "<participantId>"
+//   latchClose <id>                        LeaderLatch.close                         -> null
+//   revocable <id> <release|record>        makeRevocable (rw: on both halves), to be -> null
+//                                          sent before acquire. Its listener counts each call; with
+//                                          `release` it also fully releases the revoked lock (the
+//                                          mutex, or that rw half) on the id's thread, after the
+//                                          id's earlier commands (so a waiter revoked while queued
+//                                          releases once its acquire returns). `record` only counts:
+//                                          a holder that ignores the request.
+//   revocations <id>                       times the listener ran                    -> n
+//   revoke <path>                          Revoker.attemptRevoke: setData __REVOKE__ -> null
+//                                          on the node, NoNode ignored
 //   children <path>                        getChildren, in server order              -> [names] | null (no node)
 //   stat <path>                            {"ephemeralOwner":"<hex>","dataLength":n,"data":"<text>"} | null
 //   sessionId                              this client's session id                  -> "<hex>"
@@ -51,6 +65,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
@@ -59,6 +74,8 @@ import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.framework.recipes.locks.InterProcessReadWriteLock;
 import org.apache.curator.framework.recipes.locks.InterProcessSemaphoreV2;
 import org.apache.curator.framework.recipes.locks.Lease;
+import org.apache.curator.framework.recipes.locks.RevocationListener;
+import org.apache.curator.framework.recipes.locks.Revoker;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 import org.apache.zookeeper.KeeperException;
 import org.apache.zookeeper.data.Stat;
@@ -81,6 +98,8 @@ public final class CuratorPeer {
         final List<Lease> leases = Collections.synchronizedList(new ArrayList<>());
         InterProcessReadWriteLock rw;
         LeaderLatch latch;
+        /** Times the revocation listener ran (see `revocable`). */
+        final AtomicInteger revocations = new AtomicInteger();
 
         Entry(String id, String path) {
             this.id = id;
@@ -254,6 +273,42 @@ public final class CuratorPeer {
                 });
                 return false;
             }
+            case "revocable": {
+                need(w, 4);
+                Entry e = entry(w[2]);
+                boolean release;
+                switch (w[3]) {
+                    case "release": release = true; break;
+                    case "record": release = false; break;
+                    default: throw new IllegalArgumentException("revocable: mode must be release or record, got " + w[3]);
+                }
+                if (e.mutex == null && e.rw == null) throw new IllegalArgumentException("lock " + e.id + " is not a mutex or rw");
+                RevocationListener<InterProcessMutex> listener = revoked -> onRevoked(e, revoked, release);
+                onLock(req, e, () -> {
+                    if (e.mutex != null) {
+                        e.mutex.makeRevocable(listener);
+                    } else {
+                        e.rw.readLock().makeRevocable(listener);
+                        e.rw.writeLock().makeRevocable(listener);
+                    }
+                    return null;
+                });
+                return false;
+            }
+            case "revocations": {
+                need(w, 3);
+                ok(req, entry(w[2]).revocations.get());
+                return false;
+            }
+            case "revoke": {
+                need(w, 3);
+                String path = w[2];
+                query(req, () -> {
+                    Revoker.attemptRevoke(client, path);
+                    return null;
+                });
+                return false;
+            }
             case "leaseAcquire": {
                 need(w, 5);
                 Entry e = entry(w[2]);
@@ -347,6 +402,23 @@ public final class CuratorPeer {
             return true;
         }
         return m.acquire(ms, TimeUnit.MILLISECONDS);
+    }
+
+    /**
+     * The revocation listener: runs on Curator's event thread (makeRevocable's default direct
+     * executor), so it only counts and, in release mode, hands the release to the id's own thread,
+     * the one that acquired (InterProcessMutex is owned per thread).
+     */
+    private static void onRevoked(Entry e, InterProcessMutex revoked, boolean release) {
+        e.revocations.incrementAndGet();
+        if (!release) return;
+        e.thread.execute(() -> {
+            try {
+                while (revoked.isOwnedByCurrentThread()) revoked.release();
+            } catch (Throwable t) {
+                System.err.println("CuratorPeer: releasing " + e.id + " on revocation failed: " + describe(t));
+            }
+        });
     }
 
     private Object participants(Entry e) throws Exception {
