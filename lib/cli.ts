@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 /**
  * `nestjs-zk-lock locks [path]`: who holds which lock, from ZooKeeper itself (this library's
- * nodes and Curator's). Framework-free: loads only the core.
+ * nodes and Curator's); `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free:
+ * loads only the core.
  */
 import { realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -11,12 +12,20 @@ import { ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
 import { ZkConnection } from './core/zk-connection.js';
 import { ZkError } from './core/zk-error.js';
+import { resolveLockPath } from './core/lock-path.js';
+import { revokeHolders } from './core/revocation.js';
 
 const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
+       nestjs-zk-lock revoke <lock> [options]
 
-Lists the locks under <path> (default /locks, the library's base path) with who holds
-each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and how
-many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+locks: lists the locks under <path> (default /locks, the library's base path) with who
+holds each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and
+how many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+
+revoke: asks the holder(s) of <lock> (a name under /locks, or an absolute path; a mutex,
+read-write lock or leader election) to let go, and prints who was asked. Curator's
+revocation: only holders that made their lock revocable let go; it never breaks a lock.
+With auth on the locks, pass the same credentials (--auth).
 
 Options:
   --connect <host:port,...>   the ensemble (default: $ZK_CONNECT)
@@ -29,11 +38,13 @@ Options:
   -h, --help                  this help
   -v, --version               the package version
 
-Exit status: 0 done, 1 bad usage or a ZooKeeper error, 2 cannot connect (unreachable,
-credentials refused, chroot missing) or the connection was lost.`;
+Exit status: 0 done, 1 bad usage or a ZooKeeper error (NOAUTH: not allowed to revoke),
+2 cannot connect (unreachable, credentials refused, chroot missing) or the connection was
+lost, 3 revoke found nobody holding the lock.`;
 
 const EXIT_USAGE = 1;
 const EXIT_UNREACHABLE = 2;
+const EXIT_NOBODY_ASKED = 3;
 
 class UsageError extends Error {}
 
@@ -83,6 +94,11 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   }
   try {
     await connection.connect();
+    if (options.command === 'revoke') {
+      const asked = await revokeHolders(connection, options.path);
+      io.out(options.json ? `${JSON.stringify(asked, null, 2)}\n` : formatAsked(asked, options.path));
+      return asked.length > 0 ? 0 : EXIT_NOBODY_ASKED;
+    }
     const locks = await collect(connection, options);
     io.out(options.json ? `${JSON.stringify(locks, null, 2)}\n` : formatTable(locks, options.path));
     return 0;
@@ -90,6 +106,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     if (error instanceof ZkConnectError) {
       io.err(`nestjs-zk-lock: ${error.message}\n`);
       return EXIT_UNREACHABLE;
+    }
+    if (error instanceof ZkError && error.codeName === 'NOAUTH') {
+      io.err(`nestjs-zk-lock: not allowed (NOAUTH): the lock's nodes belong to other credentials; pass them with --auth\n`);
+      return EXIT_USAGE;
     }
     if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
       io.err(`nestjs-zk-lock: lost the connection to ZooKeeper at ${connection.description}: ${error.message}\n`);
@@ -127,6 +147,7 @@ function parse(argv: readonly string[]) {
 }
 
 interface Options {
+  command: 'locks' | 'revoke';
   path: string;
   connect: string;
   chroot: string | undefined;
@@ -138,13 +159,23 @@ interface Options {
 }
 
 function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
-  const [command, path = '/locks', ...extra] = args.positionals;
+  const [command, given, ...extra] = args.positionals;
   if (command === undefined) throw new UsageError('no command given');
-  if (command !== 'locks') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (command !== 'locks' && command !== 'revoke') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
+  if (command === 'revoke' && given === undefined) throw new UsageError('revoke needs the lock: a name under /locks or an absolute path');
+  let path = given ?? '/locks';
+  if (command === 'revoke') {
+    try {
+      path = resolveLockPath('/locks', path);
+    } catch (error) {
+      throw new UsageError((error as Error).message);
+    }
+  }
   const connect = args.values.connect ?? env.ZK_CONNECT;
   if (!connect) throw new UsageError('no ensemble given: pass --connect host:port[,host:port...] or set ZK_CONNECT');
   return {
+    command,
     path,
     connect,
     chroot: args.values.chroot,
@@ -232,6 +263,14 @@ function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
     default:
       return lock.kind;
   }
+}
+
+/** What `revoke` prints: whom it asked, one line each. */
+export function formatAsked(asked: readonly ContenderInfo[], path: string): string {
+  if (asked.length === 0) return `Nobody holds ${printable(path)}: nobody was asked.\n`;
+  const lines = asked.map((h) => `  ${describeHolder(h)}  session 0x${h.sessionId}  node ${h.node}`);
+  const whom = asked.length === 1 ? 'its holder' : `its ${asked.length} holders`;
+  return printable(`Asked ${whom} to let go (${path}):`) + '\n' + lines.map(printable).join('\n') + '\n';
 }
 
 /** `host:pid app/instance`; a Curator node has only its IP as host. */

@@ -31,4 +31,12 @@ export interface WithLockOptions {
    * until `waitMs`.
    */
   reentrant?: boolean;
+  /**
+   * Let the holder be asked to let go (`LockService.revoke(name)`, `npx nestjs-zk-lock revoke`,
+   * Curator's `Revoker`): a request aborts `LockContext.current().signal` with reason `revoked`,
+   * and the lock goes when the method returns (without `minHoldMs`'s wait), so a method that
+   * watches its signal stops early. The lock stays held until then: a request, never a break.
+   * Not for `kind: 'semaphore'`. Default false.
+   */
+  revocable?: boolean;
 }

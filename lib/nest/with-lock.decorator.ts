@@ -255,17 +255,17 @@ class LockedCall {
 
   private lockable(): Lockable {
     const names = resolveLockNames(this.key, this.args);
-    const { kind = 'mutex', permits, leaseMs, reentrant = false } = this.options;
+    const { kind = 'mutex', permits, leaseMs, reentrant = false, revocable = false } = this.options;
     const one = (name: string): Lockable => {
       switch (kind) {
         case 'read':
-          return this.service.readWriteLock(name, { leaseMs }).read;
+          return this.service.readWriteLock(name, { leaseMs, revocable }).read;
         case 'write':
-          return this.service.readWriteLock(name, { leaseMs }).write;
+          return this.service.readWriteLock(name, { leaseMs, revocable }).write;
         case 'semaphore':
           return this.service.semaphore(name, { permits: permits!, leaseMs });
         default:
-          return this.service.mutex(name, { leaseMs, reentrant });
+          return this.service.mutex(name, { leaseMs, reentrant, revocable });
       }
     };
     return names.length === 1 ? one(names[0]!) : this.service.multiLock(names.map(one));
@@ -308,6 +308,8 @@ class LockedCall {
 
   /** Releases now, or at `holdUntil` (sooner if the application shuts down). */
   private release(lease: Lease): void {
+    // Asked to let go: whoever asked is waiting for it now, not after the minimum hold.
+    if (this.options.revocable && lease.signal.aborted) return void lease.release();
     this.service.releaseAt(lease, this.holdUntil);
   }
 
@@ -339,6 +341,10 @@ function validateWithLockOptions(key: unknown, options: WithLockOptions): void {
   if (options.reentrant && kind !== 'mutex') {
     throw new InvalidOptionError('reentrant', 'only for kind mutex (read-write halves always re-enter within their call chain; semaphores never do)');
   }
+  if (options.revocable !== undefined && typeof options.revocable !== 'boolean') {
+    throw new InvalidOptionError('revocable', `expected a boolean, got ${describe(options.revocable)}`);
+  }
+  if (options.revocable && kind === 'semaphore') throw new InvalidOptionError('revocable', 'semaphore leases are not revocable (nor are Curator\'s)');
   if (onLocked !== undefined && onLocked !== 'throw' && onLocked !== 'skip' && typeof onLocked !== 'function') {
     throw new InvalidOptionError('onLocked', `expected 'throw', 'skip' or a function, got ${describe(onLocked)}`);
   }

@@ -20,8 +20,8 @@ import {
   type UpDownCounter,
 } from '@opentelemetry/api';
 import { LockChannels } from '../../lib/core/diagnostics.js';
-import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import { LockEngine } from '../../lib/core/lock-engine.js';
+import { LockLostError, LockNotAcquiredError } from '../../lib/core/errors.js';
+import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
@@ -31,6 +31,7 @@ import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { whenAborted } from '../support/lock-test-helpers.js';
 
 afterAll(closeAll);
 
@@ -216,6 +217,30 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     } finally {
       await pool.release();
     }
+  });
+
+  it('revoke asks the holder to let go and prints whom it asked; nobody holding exits 3; without the credentials, NOAUTH', async () => {
+    const root = uniquePath('cli-revoke');
+    const holder = await engine({}, { app: 'reports', instance: 'pod-3' });
+    const lease = await new Mutex(holder, 'nightly', `${root}/nightly`, { revocable: true }).acquire();
+    const asked = await runCli(['revoke', `${root}/nightly`, '--connect', zkConnectString()]);
+    expect(asked).toMatchObject({ code: 0, stderr: '' });
+    expect(asked.stdout).toContain(`Asked its holder to let go (${root}/nightly):`);
+    expect(asked.stdout).toContain(`${hostname()}:${process.pid} reports/pod-3  session 0x${holder.connection.sessionId}`);
+    expect(((await whenAborted(lease.signal)) as LockLostError).reason).toBe('revoked');
+    await lease.release();
+    const nobody = await runCli(['revoke', `${root}/nightly`, '--connect', zkConnectString(), '--json']);
+    expect(nobody).toMatchObject({ code: 3, stdout: '[]\n' });
+
+    const secured = await engine({ auth: { credentials: 'ops:secret' } }, { parentAcl: SECURE_PARENT_ACL });
+    const guarded = await new Mutex(secured, 'guarded', `${root}/guarded`, { revocable: true }).acquire();
+    const refused = await runCli(['revoke', `${root}/guarded`, '--connect', zkConnectString()]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/not allowed \(NOAUTH\).*--auth/);
+    expect(guarded.signal.aborted).toBe(false);
+    expect(await runCli(['revoke', `${root}/guarded`, '--connect', zkConnectString(), '--auth', 'ops:secret'])).toMatchObject({ code: 0 });
+    await guarded.release();
+    expect((await runCli(['revoke', '--connect', zkConnectString()])).stderr).toMatch(/revoke needs the lock/);
   });
 
   it('says so when nothing is held, and refuses bad usage with exit code 1', async () => {
