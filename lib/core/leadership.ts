@@ -11,7 +11,8 @@ import { isZkCode, ZkCode } from './zk-error.js';
 export interface LeadershipOptions {
   /**
    * This participant's id, written as its node's data (Curator's LeaderLatch reads the data as
-   * the id). Default `<host>:<pid>`.
+   * the id): a non-empty string. Default `<host>:<pid>`, and `<host>:<pid>#<n>` for the n-th
+   * connection (LockEngine) of the process, so that two applications in one process differ.
    */
   participantId?: string;
   /**
@@ -19,6 +20,19 @@ export interface LeadershipOptions {
    * makes the leader step down (reason `revoked`) and queue again at the tail. Default false.
    */
   revocable?: boolean;
+}
+
+/** Checks a participant id (`option` names it in the InvalidOptionError); returns it. */
+export function validateParticipantId(value: unknown, option = 'participantId'): string {
+  if (typeof value !== 'string') throw new InvalidOptionError(option, `expected a non-empty string, got ${value === null ? 'null' : typeof value}`);
+  if (value.trim() === '') throw new InvalidOptionError(option, `expected a non-empty string, got ${JSON.stringify(value)} (participants could not be told apart)`);
+  return value;
+}
+
+/** `<host>:<pid>`, with `#<engine id>` past the process's first engine (apps in one process differ). */
+function defaultParticipantId(engine: LockEngine): string {
+  const id = `${hostname()}:${process.pid}`;
+  return engine.id > 1 ? `${id}#${engine.id}` : id;
 }
 
 /** One term of leadership: from becoming leader until it ends (lost, stepped down, shut down). @publicApi */
@@ -79,13 +93,11 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     options: LeadershipOptions = {},
   ) {
     super();
-    const { participantId = `${hostname()}:${process.pid}` } = options ?? {};
-    const { revocable } = options ?? {};
+    const { participantId, revocable } = options ?? {};
     if (revocable !== undefined && typeof revocable !== 'boolean') throw new InvalidOptionError('revocable', 'expected true or false');
     this.revocable = revocable ?? false;
-    if (typeof participantId !== 'string') throw new InvalidOptionError('participantId', 'expected a string');
-    this.participantId = participantId;
-    const data = Buffer.from(participantId, 'utf8');
+    this.participantId = participantId === undefined ? defaultParticipantId(engine) : validateParticipantId(participantId);
+    const data = Buffer.from(this.participantId, 'utf8');
     this.spec = {
       lockName: name,
       kind: 'leadership',

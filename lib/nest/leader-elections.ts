@@ -1,7 +1,9 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 import type { Leadership, LeadershipTerm } from '../core/leadership.js';
 import { LockService } from './lock.service.js';
+import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
+import type { ZkLockLeadershipOptions } from './zk-lock-module-options.interface.js';
 
 /** What leader-only code sees of the term it runs in. @publicApi */
 export interface LeaderContextValue extends LeadershipTerm {
@@ -27,22 +29,29 @@ export const LeaderContext = {
 
 /**
  * The elections this application takes part in, one `Leadership` per name over the module's
- * session. Joined at bootstrap for every name a decorator uses (see LeadershipExplorer), on
- * first use otherwise; left at shutdown, before the session closes, so a successor takes over
- * in about a round trip.
+ * session, all under the module's `participantId`. Joined at bootstrap for every name a
+ * decorator uses (see LeadershipExplorer), on first use otherwise; left at shutdown, before the
+ * session closes, so a successor takes over in about a round trip.
  * @publicApi
  */
 @Injectable()
 export class LeaderElections {
   private readonly elections = new Map<string, Leadership>();
+  private readonly participantId: string | undefined;
 
-  constructor(private readonly locks: LockService) {}
+  constructor(
+    private readonly locks: LockService,
+    // Absent under ZkLockTestingModule; validated by the module before it connects.
+    @Optional() @Inject(ZK_LOCK_MODULE_OPTIONS) options?: ZkLockLeadershipOptions,
+  ) {
+    this.participantId = options?.participantId;
+  }
 
   /** The election `name` (joined if it was not yet). */
   get(name: string): Leadership {
     let election = this.elections.get(name);
     if (!election) {
-      election = this.locks.leadership(name).start();
+      election = this.locks.leadership(name, { participantId: this.participantId }).start();
       this.elections.set(name, election);
     }
     return election;

@@ -18,7 +18,11 @@ import { closeOwnedConnectionOnError, OWNS_CONNECTION } from './zk-lock.provider
  * At startup, finds every `@OnlyLeader` method and leadership hook and validates the election
  * names (a bad one fails the bootstrap); once the application has booted, wires the hooks and
  * joins each election named (an app whose bootstrap failed never leads, and hooks never run
- * before every module is initialised).
+ * before every module is initialised). Hooks are wired on every instance Nest built (those it
+ * calls `onModuleInit` on), as `@nestjs/schedule` and `@nestjs/event-emitter` wire theirs: a
+ * class provided under two tokens, by `useValue`/`useFactory` or transient has each instance's
+ * hooks called; request-scoped providers have no instance to call, so their hooks are skipped
+ * with a warning (as `@nestjs/schedule` does).
  */
 @Injectable()
 export class LeadershipExplorer implements OnModuleInit, OnApplicationBootstrap {
@@ -34,19 +38,19 @@ export class LeadershipExplorer implements OnModuleInit, OnApplicationBootstrap 
   ) {}
 
   private readonly names = new Set<string>();
-  private readonly hooks: { instance: object; method: Function; hook: LeadershipHookMetadata }[] = [];
+  private readonly hooks: { instance: object; method: Function; label: string; hook: LeadershipHookMetadata }[] = [];
 
   async onModuleInit(): Promise<void> {
     await closeOwnedConnectionOnError(this.connection, this.ownsConnection, () => this.findElections());
   }
 
   onApplicationBootstrap(): void {
-    for (const { instance, method, hook } of this.hooks) {
+    for (const { instance, method, label, hook } of this.hooks) {
       this.elections.get(hook.election).on(hook.event, (...args: unknown[]) => {
         // A hook that fails is logged: it must not break the election.
         Promise.resolve()
           .then(() => method.apply(instance, args))
-          .catch((error: unknown) => this.logger.error(`${instance.constructor.name}.${method.name} (leadership ${hook.event} of ${JSON.stringify(hook.election)}) failed: ${String(error)}`));
+          .catch((error: unknown) => this.logger.error(`${label} (leadership ${hook.event} of ${JSON.stringify(hook.election)}) failed: ${String(error)}`));
       });
     }
     for (const name of this.names) this.elections.get(name);
@@ -55,20 +59,40 @@ export class LeadershipExplorer implements OnModuleInit, OnApplicationBootstrap 
 
   private findElections(): void {
     const { names, hooks } = this;
-    for (const { instance, method } of providerMethods(this.discovery, this.scanner)) {
+    for (const { wrapper, instance, method, key, isStatic } of providerMethods(this.discovery, this.scanner, { each: 'instance' })) {
+      const label = `${instance.constructor.name}.${key}`;
       const leaderOnly = Reflect.getMetadata(ONLY_LEADER_METADATA, method) as OnlyLeaderMetadata | undefined;
       if (leaderOnly) {
-        if (!(instance[LEADER_ELECTIONS_PROPERTY] instanceof LeaderElections)) {
-          throw new LockUsageError(`@OnlyLeader on ${leaderOnly.label}: LeaderElections was not injected (a provider built by useFactory/useValue, or a module that cannot see ZkLockModule); register the class with Nest`);
+        // A request-scoped instance is built per request (with its properties injected): only its
+        // placeholder is here, so there is nothing to check.
+        if (isStatic && !(instance[LEADER_ELECTIONS_PROPERTY] instanceof LeaderElections)) {
+          throw new LockUsageError(
+            `@OnlyLeader on ${label}: LeaderElections was not injected into provider ${tokenName(wrapper.token)} ` +
+              '(built by useFactory/useValue, so Nest injected no properties, or in a module that cannot see ZkLockModule); ' +
+              'register the class with Nest (`providers: [' + instance.constructor.name + ']` or `useClass`)',
+          );
         }
         names.add(leaderOnly.election);
       }
       const hook = Reflect.getMetadata(LEADERSHIP_HOOK_METADATA, method) as LeadershipHookMetadata | undefined;
       if (hook) {
-        hooks.push({ instance, method, hook });
+        if (!isStatic) {
+          const decorator = hook.event === 'gained' ? '@OnLeadershipGained' : '@OnLeadershipLost';
+          this.logger.warn(
+            `Cannot register ${decorator}(${JSON.stringify(hook.election)}) hook ${label} of provider ${tokenName(wrapper.token)}: ` +
+              'it is request-scoped (or depends on a request-scoped provider), so there is no instance to call. Move the hook to a singleton provider.',
+          );
+          continue;
+        }
+        hooks.push({ instance, method, label, hook });
         names.add(hook.election);
       }
     }
     for (const name of names) this.locks.pathOf(name); // throws InvalidLockNameError
   }
+}
+
+/** A provider's token as written in `providers` (a class by name). */
+function tokenName(token: unknown): string {
+  return typeof token === 'function' ? token.name : String(token);
 }

@@ -9,7 +9,7 @@ export type ZkLockConnectionSource = ZkConnectionOptions | { connection: ZkConne
  * Options of `ZkLockModule.forRoot` / the factory of `forRootAsync`.
  * @publicApi
  */
-export type ZkLockModuleOptions = ZkLockConnectionSource & LockEngineOptions & ZkLockBootOptions;
+export type ZkLockModuleOptions = ZkLockConnectionSource & LockEngineOptions & ZkLockBootOptions & ZkLockLeadershipOptions;
 
 /** @publicApi */
 export interface ZkLockBootOptions {
@@ -25,4 +25,17 @@ export interface ZkLockBootOptions {
 /** For `forRootAsync({ useClass })`. @publicApi */
 export interface ZkLockOptionsFactory {
   createZkLockOptions(): ZkLockModuleOptions | Promise<ZkLockModuleOptions>;
+}
+
+/** @publicApi */
+export interface ZkLockLeadershipOptions {
+  /**
+   * This application's id in every leader election it joins through `@OnlyLeader`, the leadership
+   * hooks or `LeaderElections`: its nodes' data, which `participants()`, `leader()`, `inspect()`
+   * and Curator's LeaderLatch read as the participant id. A non-empty string. Default
+   * `<host>:<pid>` (`<host>:<pid>#<n>` for the process's n-th connection); set it where that does
+   * not tell instances apart, e.g. containers that all run as pid 1 under one hostname (the pod
+   * name is a good choice). `locks.leadership(name, { participantId })` takes its own.
+   */
+  participantId?: string;
 }

@@ -1,5 +1,6 @@
 import { Logger, type Provider } from '@nestjs/common';
 import { InvalidOptionError, ZkConnectError } from '../core/errors.js';
+import { validateParticipantId } from '../core/leadership.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
@@ -27,8 +28,9 @@ export class ModuleConnection {
   static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
     validateEngineOptions(options); // every option is checked before we try to connect
-    const { waitForConnection = true } = options;
+    const { waitForConnection = true, participantId } = options;
     if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');
+    if (participantId !== undefined) validateParticipantId(participantId);
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
     if (connection.state === 'closed') throw new InvalidOptionError('connection', 'is closed');
