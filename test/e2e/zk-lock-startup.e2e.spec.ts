@@ -78,10 +78,10 @@ describe('ZkLockModule at startup', () => {
     it('boots at once, answers 503 (jobs skip with a warning) until connected, then locks', async () => {
       proxy.cut();
       const { logger, lines } = capturingLogger();
-      const booting = Date.now();
       const started = await httpApp({ connectString: proxy.connectString, connectTimeoutMs: 1000, waitForConnection: false }, logger);
       app = started.app;
-      expect(Date.now() - booting).toBeLessThan(1000);
+      // Booted without the session: the link is cut, so waiting for it would have failed the boot
+      // (ZkConnectError after connectTimeoutMs). No clock bound: a loaded machine boots slowly.
       expect(app.get(ZkConnection).state).toBe('connecting');
       expect(lines).toContainEqual(expect.stringContaining(`log Connecting to ZooKeeper at ${proxy.connectString} in the background`));
 
