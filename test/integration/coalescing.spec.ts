@@ -457,17 +457,17 @@ describe('Mutex in-process coalescing (real ZooKeeper)', () => {
 
       let started = Date.now();
       expect(await mutex.tryAcquire()).toBeNull();
-      expect(Date.now() - started).toBeLessThan(1000);
+      expect(Date.now() - started).toBeLessThan(5000);
       started = Date.now();
       const error = await notAcquired(mutex.acquire({ waitMs: 0 }));
       expect(error.reason).toBe('timeout');
-      expect(Date.now() - started).toBeLessThan(1000);
+      expect(Date.now() - started).toBeLessThan(5000);
       // Another Mutex object of the same engine and path, with a local waiter queued too.
       const waiting = mutex.acquire({ waitMs: 20_000 });
       waiting.catch(() => undefined);
       started = Date.now();
       expect(await new Mutex(e, 'cotry-2', path).tryAcquire()).toBeNull();
-      expect(Date.now() - started).toBeLessThan(1000);
+      expect(Date.now() - started).toBeLessThan(5000);
 
       await e.drain();
       expect(await cversionOf(observer, path)).toBe(before); // no child was created (or deleted)
