@@ -1,6 +1,6 @@
 // The checks over everything the workers reported: overlapping holders, the library's promise
-// (nobody else holds while a lease's signal has not aborted), lost signals against the server's
-// end of each hold, fencing token order.
+// (nobody else holds while a lease's signal has not aborted; a leader term counts as a hold of
+// lock 'leader'), lost signals against the server's end of each hold, fencing token order.
 import { rel } from './clock.mjs';
 import { nodeLog } from './observer.mjs';
 import { opts } from './options.mjs';
@@ -51,7 +51,7 @@ export function overlaps() {
 
 /** Holders that exclude each other pairwise (the semaphore is counted by permits instead). */
 export function conflicting(a, b) {
-  if (a.lock === 'mutex' || a.lock === 'notify') return b.lock === a.lock;
+  if (a.lock === 'mutex' || a.lock === 'notify' || a.lock === 'leader') return b.lock === a.lock;
   if (a.lock === 'rw-write') return b.lock === 'rw-write' || b.lock === 'rw-read';
   if (a.lock === 'rw-read') return b.lock === 'rw-write';
   return false;
@@ -71,7 +71,7 @@ export const exemptFromPromise = (h) => (pausedThrough(h) ? 'SIGSTOPped' : h.for
  */
 export function unawareOverlap() {
   const intervals = [...holds.values()].filter((h) => !exemptFromPromise(h)).map((h) => ({ ...h, endAt: h.endAt ?? Infinity }));
-  const byLock = { mutex: { pairs: 0, ms: 0 }, rw: { pairs: 0, ms: 0 }, sem: { pairs: 0, ms: 0 } };
+  const byLock = { mutex: { pairs: 0, ms: 0 }, rw: { pairs: 0, ms: 0 }, sem: { pairs: 0, ms: 0 }, leader: { pairs: 0, ms: 0 } };
   const examples = [];
   const pick = (h) => ({ holdId: h.holdId, lock: h.lock, acquiredAt: rel(h.acquiredAt), endAt: rel(h.endAt), end: h.end, lostAt: rel(h.lostAt) });
   const sorted = intervals.filter((h) => h.lock !== 'sem').sort((a, b) => a.acquiredAt - b.acquiredAt);
@@ -81,7 +81,7 @@ export function unawareOverlap() {
       if (!conflicting(a, b)) continue;
       const overlap = Math.min(a.endAt, b.endAt) - b.acquiredAt;
       if (overlap <= 0) continue;
-      const bucket = byLock[a.lock === 'mutex' || a.lock === 'notify' ? 'mutex' : 'rw'];
+      const bucket = byLock[a.lock === 'mutex' || a.lock === 'notify' ? 'mutex' : a.lock === 'leader' ? 'leader' : 'rw'];
       bucket.pairs++;
       bucket.ms += overlap;
       if (examples.length < 5) examples.push({ a: pick(a), b: pick(b), ms: round1(overlap) });
@@ -102,8 +102,8 @@ export function unawareOverlap() {
       overSince = undefined;
     }
   }
-  const pairs = byLock.mutex.pairs + byLock.rw.pairs + byLock.sem.pairs;
-  const totalMs = round1(byLock.mutex.ms + byLock.rw.ms + byLock.sem.ms);
+  const pairs = byLock.mutex.pairs + byLock.rw.pairs + byLock.sem.pairs + byLock.leader.pairs;
+  const totalMs = round1(byLock.mutex.ms + byLock.rw.ms + byLock.sem.ms + byLock.leader.ms);
   return { pairs, totalMs, byLock: Object.fromEntries(Object.entries(byLock).map(([k, v]) => [k, { pairs: v.pairs, ms: round1(v.ms) }])), examples };
 }
 

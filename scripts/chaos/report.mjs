@@ -2,6 +2,7 @@
 import { writeFileSync } from 'node:fs';
 import { excused, lostSignalMargins, overlaps, pausedThrough, tokenInversions, unawareOverlap } from './analysis.mjs';
 import { now, rel, T0 } from './clock.mjs';
+import { leadershipVerdict } from './leadership-verdict.mjs';
 import { nodeLog, observer } from './observer.mjs';
 import { args, FAULT_NAMES, opts } from './options.mjs';
 import { acquisitions, crashes, errorsByType, fatals, faults, holds, lostEvents, run, stuckAtStop, warnings } from './state.mjs';
@@ -10,7 +11,7 @@ import { burstOk, TRY_ONCE_BOUND_MS, TRY_ONCE_SLACK_MS, tryOnceBursts, tryOnceLi
 
 export function report({ nodes, orphanList, orphansLater }) {
   const ov = overlaps();
-  const inversions = { mutex: tokenInversions('mutex'), rw: tokenInversions('rw-write') };
+  const inversions = { mutex: tokenInversions('mutex'), rw: tokenInversions('rw-write'), leader: tokenInversions('leader') };
   // A reader whose value changed under it although its signal had not aborted: a failure, unless
   // its process was SIGSTOPped meanwhile (it cannot know before the library hears of the expiry).
   const sawWrite = [...holds.values()].filter((h) => h.readerSawWrite);
@@ -24,20 +25,23 @@ export function report({ nodes, orphanList, orphansLater }) {
     const to = faults[i + 1]?.at ?? Infinity;
     faults[i].lostSignals = lostEvents.filter((e) => e.at >= from && e.at < to).length;
   }
-  const totalAcq = Object.values(acquisitions).reduce((a, b) => a + b, 0);
+  // Lock acquisitions only (leader terms are reported as holds of lock 'leader' too).
+  const totalAcq = acquisitions.mutex + acquisitions.sem + acquisitions['rw-read'] + acquisitions['rw-write'];
   const margins = lostSignalMargins();
-  const s = store;
+  const stores = Object.values(store);
+  const sum = (/** @type {(s: (typeof stores)[number]) => number} */ f) => stores.reduce((n, s) => n + f(s), 0);
   const result = {
     options: opts,
     durationS: Math.round((now() - T0) / 1000),
     operations: run.storeOps,
     acquisitions: { total: totalAcq, ...acquisitions },
-    store: Object.fromEntries(Object.entries(s).map(([k, v]) => [k, { ...v, maxToken: String(v.maxToken), maxAcqTouched: undefined }])),
-    staleAccepted: s.mutex.staleAccepted + s.rw.staleAccepted,
-    falseRejects: s.mutex.falseRejects + s.rw.falseRejects,
-    fencingRejections: s.mutex.rejectedReads + s.mutex.rejectedWrites + s.rw.rejectedReads + s.rw.rejectedWrites,
-    lostUpdates: s.mutex.lostUpdates + s.rw.lostUpdates,
-    counterConsistent: s.mutex.value === s.mutex.accepted && s.rw.value === s.rw.accepted,
+    store: Object.fromEntries(Object.entries(store).map(([k, v]) => [k, { ...v, maxToken: String(v.maxToken), maxAcqTouched: undefined, lastHolder: undefined, superseded: undefined }])),
+    staleAccepted: sum((s) => s.staleAccepted),
+    falseRejects: sum((s) => s.falseRejects),
+    fencingRejections: sum((s) => s.rejectedReads + s.rejectedWrites),
+    lostUpdates: sum((s) => s.lostUpdates),
+    counterConsistent: stores.every((s) => s.value === s.accepted),
+    leadership: leadershipVerdict(),
     overlaps: ov,
     unaware: unawareOverlap(),
     lostSignalMargins: margins,
@@ -63,8 +67,8 @@ export function report({ nodes, orphanList, orphansLater }) {
     readerSawWrite,
     readerSawWritePaused,
     readerSawWriteExamples: sawWrite.slice(0, 5).map((h) => ({ holdId: h.holdId, pid: h.pid, acquiredAt: rel(h.acquiredAt), endAt: rel(h.endAt), end: h.end, pausedThrough: pausedThrough(h) })),
-    tokenInversions: inversions.mutex.count + inversions.rw.count,
-    tokenInversionExamples: [...inversions.mutex.examples, ...inversions.rw.examples],
+    tokenInversions: inversions.mutex.count + inversions.rw.count + inversions.leader.count,
+    tokenInversionExamples: [...inversions.mutex.examples, ...inversions.rw.examples, ...inversions.leader.examples],
     orphans: Array.isArray(nodes) ? orphanList.length : -1,
     orphanPaths: orphanList.map((n) => n.path),
     orphansLater,
@@ -86,6 +90,7 @@ export function report({ nodes, orphanList, orphansLater }) {
     result.counterConsistent &&
     result.unexplainedOverlaps === 0 &&
     result.unaware.pairs === 0 &&
+    result.leadership.overlapping === 0 &&
     result.lateSignals === 0 &&
     result.tryOnce.failedBursts.length === 0 &&
     result.readerSawWrite === 0 &&
@@ -114,7 +119,7 @@ export function printTables(r) {
   row('---', '---', '---');
   row('store operations (reads, writes, peeks)', r.operations, '');
   row('acquisitions (mutex / semaphore / read / write)', `${r.acquisitions.total} (${r.acquisitions.mutex} / ${r.acquisitions.sem} / ${r.acquisitions['rw-read']} / ${r.acquisitions['rw-write']})`, '');
-  row('writes accepted (mutex / rw)', `${r.store.mutex.accepted} / ${r.store.rw.accepted}`, '');
+  row('writes accepted (mutex / rw / leader)', `${r.store.mutex.accepted} / ${r.store.rw.accepted} / ${r.store.leader.accepted}`, '');
   row('store saw an older holder after a newer one: rejected by the fencing check', r.fencingRejections, '≥ 1 (late writes)');
   row('**... accepted (writes from stale holders)**', r.staleAccepted, '0');
   row('rejections of the newest holder (token out of order)', r.falseRejects, '0');
@@ -123,9 +128,25 @@ export function printTables(r) {
   row('counter = accepted writes', r.counterConsistent ? 'yes' : 'NO', 'yes');
   row('overlapping holders, both still holding by their own account', r.unexplainedOverlaps, '0');
   row(
-    '**time two holders overlapped while neither signal had aborted** (mutex / rw / semaphore over its permits)',
-    `${r.unaware.totalMs} ms (${['mutex', 'rw', 'sem'].map((k) => `${r.unaware.byLock[k].ms} ms in ${r.unaware.byLock[k].pairs}`).join(' / ')})`,
+    '**time two holders overlapped while neither signal had aborted** (mutex / rw / semaphore over its permits / leader terms)',
+    `${r.unaware.totalMs} ms (${['mutex', 'rw', 'sem', 'leader'].map((k) => `${r.unaware.byLock[k].ms} ms in ${r.unaware.byLock[k].pairs}`).join(' / ')})`,
     '0 ms',
+  );
+  const lead = r.leadership;
+  row(
+    '**overlapping leaders in the store\'s view** (terms whose accepted operations interleaved / writes accepted from an older term)',
+    `${lead.overlapping} (${lead.interleaved} / ${lead.staleAccepted}); stale-token operations rejected: ${lead.fencingRejections}`,
+    '0',
+  );
+  row(
+    'leadership changes (terms; participant changed; how terms ended)',
+    `${lead.changes} (${lead.terms}; ${lead.participantChanges}; ${Object.entries(lead.endedBy).map(([k, n]) => `${k} ×${n}`).join(', ') || '-'})`,
+    '',
+  );
+  row(
+    'leader failover: term ended or process died/stopped → next gained, p50 / max (failovers)',
+    lead.failover.count ? `${lead.failover.p50Ms} / ${lead.failover.maxMs} ms (${lead.failover.count})` : '-',
+    '',
   );
   const judged = r.lostSignalMargins.filter((m) => !m.excused && m.marginMs !== undefined);
   row(

@@ -13,14 +13,17 @@
 // - starts one loopback TCP proxy per (worker process, ensemble member), so a worker reaches
 //   ZooKeeper only through its own three proxies and can be cut off alone;
 // - forks worker processes (scripts/chaos/worker.mjs) that loop on a mutex, a semaphore
-//   (permits 2) and a read-write lock. This process never holds a ZooKeeper connection (what it
-//   observes must not depend on the library under test): it talks to ZooKeeper only with four-letter words, and the final check runs in a child process;
-// - is the workers' data store, over the IPC channel: a fenced counter per lock. A read or write
-//   carrying a token lower than one the store has seen is rejected and counted;
-// - injects each fault at least once: kill -9 of the leader (restarted later), kill -9 of a
+//   (permits 2) and a read-write lock, and each join one leader election (while a process leads,
+//   it increments the store's leader counter with its term's fencing token). This process never
+//   holds a ZooKeeper connection (what it observes must not depend on the library under test):
+//   it talks to ZooKeeper only with four-letter words, and the final check runs in a child process;
+// - is the workers' data store, over the IPC channel: a fenced counter per lock and one for the
+//   leader's terms. A read or write carrying a token lower than one the store has seen is
+//   rejected and counted;
+// - injects each fault at least once: kill -9 of the ZooKeeper leader (restarted later), kill -9 of a
 //   follower a client is connected to (restarted), a holder partitioned past its session timeout
 //   with its connections closed and silently (nothing passes, nothing closes; its late write must
-//   be rejected), SIGSTOP of a holder past the session timeout then SIGCONT,
+//   be rejected), SIGSTOP of a holder (in the leading process) past the session timeout then SIGCONT,
 //   the whole ensemble killed and restarted (with try-once traffic from every worker while it is
 //   down), a worker SIGKILLed while holding and while waiting, the worker next in line silenced
 //   right after the watch event that makes it the holder (the head's deletion) reached it, a
@@ -59,10 +62,18 @@
 // calls during outages must fail for want of a connection within 2 s (+ 250 ms for timers firing
 // late; the worker's worst event-loop delay is reported alongside). Stale writes are judged by
 // acquisition order, independently of the tokens.
+// Leader election: each term is a hold of lock 'leader' [gained, signal aborted | process died],
+// so the promise (no two terms overlapping while neither signal had aborted), the lost-signal
+// margins and the token order apply to it. Overlapping leaders in the store's view (two terms'
+// accepted operations interleaved, or a write accepted from a term older than one that had used
+// the store) must be 0. Reported with them: leadership changes and failover times (from a term's
+// end, its process's death or SIGSTOP, to the next `gained`), p50 / max
+// (leadership-verdict.mjs).
 
 // The parts, one concern each: options.mjs (this command line), clock.mjs, ensemble.mjs (the
 // servers and their `dump`), observer.mjs, state.mjs (what the workers reported), store.mjs (the
-// fenced store), workers.mjs (the processes), faults/*.mjs, analysis.mjs, report.mjs.
+// fenced store), workers.mjs (the processes), faults/*.mjs, analysis.mjs, leadership-verdict.mjs,
+// report.mjs.
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TcpProxy } from '../support/tcp-proxy.mjs';
 import { startEnsemble } from '../support/zookeeper.mjs';
@@ -76,7 +87,7 @@ import { tryOnceOutage } from './faults/try-once.mjs';
 import { observer, startObserver, stopObserver } from './observer.mjs';
 import { args, HARD_LIMIT_MS, opts } from './options.mjs';
 import { report } from './report.mjs';
-import { BASE, faults, liveSlots, run, slots, stuckAtStop, until } from './state.mjs';
+import { BASE, faults, leaderSlot, liveSlots, run, slots, stuckAtStop, until } from './state.mjs';
 import { runCheck, spawnWorker } from './workers.mjs';
 
 async function cleanup() {
@@ -127,7 +138,7 @@ async function main() {
   }
   const ready = await until('the workers to connect', () => slots.every((s) => s.ready), 90_000);
   if (!ready) throw new Error('the workers did not connect');
-  log(`${opts.processes} workers × (${opts.mutexWorkers} mutex + ${opts.semWorkers} semaphore + ${opts.rwWorkers} rw) running on ${BASE}`);
+  log(`${opts.processes} workers × (${opts.mutexWorkers} mutex + ${opts.semWorkers} semaphore + ${opts.rwWorkers} rw + 1 election) running on ${BASE}`);
   await sleep(opts.short ? 2000 : 5000);
 
   const FAULTS = {
@@ -135,7 +146,9 @@ async function main() {
     follower: () => killFollower(),
     partition: () => partitionHolder(slots[0]),
     'silent-partition': () => partitionHolder(slots[0], true),
-    pause: () => pauseHolder(slots[1]),
+    // In the leading process, so that the leader too is stopped past its session timeout: another
+    // takes over, and whatever it writes on SIGCONT before its signal aborts must be fenced off.
+    pause: () => pauseHolder(leaderSlot() ?? slots[1]),
     'kill-holder': () => killHolder(slots[2]),
     'kill-waiter': () => killWaiter(),
     'notify-partition': () => notifyPartition(),

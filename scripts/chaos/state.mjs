@@ -56,6 +56,11 @@ export function until(what, predicate, timeoutMs) {
 // Queries over what the workers reported.
 
 export const liveSlots = () => slots.filter((s) => !s.exited);
+/** The live slot whose process leads the election now (its term is open), if any. */
+export function leaderSlot() {
+  const term = [...holds.values()].find((h) => h.lock === 'leader' && h.end === 'open');
+  return term && liveSlots().find((s) => s.pid === term.pid);
+}
 export const mutexHolds = () => [...holds.values()].filter((h) => h.lock === 'mutex');
 /**
  * The first hold of `lock` acquired after `after`, not the excluded one.

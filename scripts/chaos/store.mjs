@@ -1,5 +1,6 @@
-// The workers' data store (over the IPC channel): a fenced counter per lock. A read or write
-// carrying a token lower than one the store has seen is rejected and counted.
+// The workers' data store (over the IPC channel): a fenced counter per lock, and one the leader
+// election's terms write. A read or write carrying a token lower than one the store has seen is
+// rejected and counted.
 import { run } from './state.mjs';
 
 export function newStore() {
@@ -20,9 +21,17 @@ export function newStore() {
     lostUpdates: 0,
     lateAccepted: 0,
     lateRejected: 0,
+    /** The holder whose operation the store accepted last, and those it accepted before another's. */
+    lastHolder: undefined,
+    superseded: new Set(),
+    /**
+     * Accepted operations of a holder after another holder's were accepted in between: the two
+     * holders' intervals overlapped in the store's own view (whatever their tokens or clocks said).
+     */
+    interleaved: 0,
   };
 }
-export const store = { mutex: newStore(), rw: newStore() };
+export const store = { mutex: newStore(), rw: newStore(), leader: newStore() };
 
 export function storeOp(m) {
   run.storeOps++;
@@ -39,6 +48,11 @@ export function storeOp(m) {
     return { ok: false };
   }
   s.maxToken = token;
+  if (m.holdId !== s.lastHolder) {
+    if (s.superseded.has(m.holdId)) s.interleaved++;
+    if (s.lastHolder !== undefined) s.superseded.add(s.lastHolder);
+    s.lastHolder = m.holdId;
+  }
   if (m.t === 'read') {
     s.reads++;
     return { ok: true, value: s.value };

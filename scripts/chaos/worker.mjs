@@ -8,6 +8,9 @@
 //   (`permits`), `rwWorkers` on a read-write lock. Every holder reports [acquired, end, token] to the
 //   runner, and the mutex holders and the rw writers do a read → await → write increment on the
 //   runner's fenced store (a write carrying a token lower than one the store has seen is rejected).
+//   The process also joins one leader election (`Leadership`, lock name 'leader'): each term is
+//   reported like a hold (acquired = 'gained', lost = its signal aborted), and while it lasts the
+//   leader loops on the same increment, with the term's fencing token, on the store's 'leader' counter.
 //   Readers read the value at the start and the end of their hold (it must not change).
 //   Commands from the runner: {cmd:'hold-next', kind:'partition'|'pause'|'kill'|'long'} (the next
 //   mutex holder of this process misbehaves on purpose, see faultHold), {cmd:'go'} (the partitioned
@@ -37,7 +40,7 @@
 // Times are process.hrtime (CLOCK_MONOTONIC: one clock for every process of the machine), in ms.
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestjs-zk-lock/core';
+import { Leadership, LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestjs-zk-lock/core';
 
 const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '{}');
 const now = () => Number(process.hrtime.bigint()) / 1e6;
@@ -303,6 +306,7 @@ async function work() {
           sessionId: connection.session?.id,
           nativeConnected: connection.session?.isConnectedNatively,
           liveLeases: engine.liveCount,
+          isLeader: election.isLeader,
           pendingStoreCalls: pending.size,
           at: now(),
         });
@@ -468,13 +472,59 @@ async function work() {
     }
   }
 
+  /**
+   * One leadership term, reported like a hold (the runner's checks treat it as one: its interval,
+   * its lost signal, its token order): from 'gained' until the term's signal aborts, the leader
+   * increments the store's 'leader' counter with the term's fencing token. No ZooKeeper traffic
+   * of its own, so it need not pause for the runner's quiet phases.
+   */
+  async function leadTerm(term) {
+    const hold = {
+      holdId: `${process.pid}.leader.${++holds}`,
+      lock: 'leader',
+      token: String(term.fencingToken),
+      sessionId: term.sessionId,
+      path: term.path,
+      acquiredAt: now(),
+    };
+    let lostAt;
+    const onLost = () => {
+      lostAt = now();
+      send({ t: 'lost', w: 'leader', ...hold, name: term.signal.reason?.name, reason: term.signal.reason?.reason, at: lostAt });
+    };
+    if (term.signal.aborted) onLost();
+    else term.signal.addEventListener('abort', onLost, { once: true });
+    send({ t: 'acquired', w: 'leader', ...hold, at: hold.acquiredAt });
+    phases.set('leader', 'leading');
+    while (!term.signal.aborted) {
+      try {
+        await increment(hold, term.signal, {});
+      } catch (error) {
+        stats.errors++;
+        send({ t: 'error', w: 'leader', lock: 'leader', op: 'lead', name: error?.name, message: String(error?.message), at: now() });
+      }
+      await pause();
+    }
+    send({ t: 'released', w: 'leader', ...hold, endAt: lostAt ?? now(), lost: true, at: now() });
+    phases.set('leader', 'following');
+  }
+  const election = new Leadership(engine, 'leader', `${cfg.base}/leader`, { participantId: `slot${cfg.slot}:${process.pid}` });
+  /** The running term's loop, awaited before the connection closes. */
+  let leading = Promise.resolve();
+  election.on('gained', (term) => (leading = leadTerm(term)));
+
   send({ t: 'ready', sessionId: connection.sessionId, at: now() });
+  election.start();
   const loops = [];
   let w = 0;
   for (let i = 0; i < cfg.mutexWorkers; i++) loops.push(mutexLoop(w++));
   for (let i = 0; i < cfg.semWorkers; i++) loops.push(semLoop(w++));
   for (let i = 0; i < cfg.rwWorkers; i++) loops.push(rwLoop(w++));
   await Promise.all(loops.map((loop, i) => loop.finally(() => phases.set(i, 'done'))));
+  // Leave the election before the session closes: the term's signal aborts first, its node goes.
+  mainPhase = 'election.close()';
+  await election.close();
+  await leading;
   mainPhase = 'engine.drain()';
   await engine.drain();
   mainPhase = 'connection.close()';

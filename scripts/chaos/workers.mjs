@@ -48,7 +48,7 @@ export function onMessage(slot, child, m) {
     }
     case 'lost': {
       const hold = holds.get(m.holdId);
-      if (hold) hold.lostAt = m.at;
+      if (hold) Object.assign(hold, { lostAt: m.at, lostReason: m.reason });
       lostEvents.push({ slot: slot.slot, holdId: m.holdId, lock: m.lock, reason: m.reason, name: m.name, at: m.at });
       break;
     }

@@ -1,6 +1,7 @@
 // The short chaos run (scripts/chaos/run.mjs --short, about 70–110 s): a 3-node ensemble of its own,
-// 3 worker processes behind loopback proxies, and one of each fault. The runner does the work and
-// writes its result as JSON; this file asserts on it. Needs the built package (npm test builds it).
+// 3 worker processes behind loopback proxies (lock loops and one leader election), and one of each
+// fault. The runner does the work and writes its result as JSON; this file asserts on it. Needs the
+// built package (npm test builds it).
 import { execFile } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { mkdtemp, readFile, rm } from 'node:fs/promises';
@@ -51,7 +52,19 @@ interface ChaosResult {
   counterConsistent: boolean;
   unexplainedOverlaps: number;
   /** Holders that overlapped while neither had been told (the library's promise): must be none. */
-  unaware: { pairs: number; totalMs: number; examples: unknown[] };
+  unaware: { pairs: number; totalMs: number; byLock: Record<'mutex' | 'rw' | 'sem' | 'leader', { pairs: number; ms: number }>; examples: unknown[] };
+  /** The leader election every worker process joins; a term writes to the store's leader counter. */
+  leadership: {
+    terms: number;
+    changes: number;
+    writesAccepted: number;
+    /** Terms whose accepted store operations interleaved, plus writes accepted from an older term. */
+    overlapping: number;
+    interleaved: number;
+    staleAccepted: number;
+    /** From a term's end (signal, process death or SIGSTOP) to the next gained. */
+    failover: { count: number; p50Ms?: number; maxMs?: number; list: { from: string; to: string; ms: number }[] };
+  };
   lostSignalMargins: LostSignal[];
   lateSignals: number;
   tryOnce: { calls: number; maxMs: number; failedBursts: unknown[]; outcomes: Record<string, number> };
@@ -147,6 +160,20 @@ describe('chaos run (short) on a 3-node ensemble', () => {
       expect(result.unaware).toMatchObject({ pairs: 0, totalMs: 0, examples: [] });
       expect(result.readerSawWrite).toBe(0);
       expect(result.overlaps.sem.maxConcurrentHealthy).toBeLessThanOrEqual(2);
+    });
+  });
+
+  it('leader election: never two leaders (in the store\'s view, nor while neither term\'s signal had aborted); leadership changed (the SIGSTOP falls on the leading process); failovers measured', () => {
+    check(() => {
+      const lead = result.leadership;
+      expect(lead).toMatchObject({ overlapping: 0, interleaved: 0, staleAccepted: 0 });
+      expect(result.unaware.byLock.leader).toEqual({ pairs: 0, ms: 0 });
+      expect(lead.writesAccepted).toBeGreaterThan(50);
+      expect(lead.changes).toBeGreaterThanOrEqual(1);
+      expect(lead.failover.count).toBe(lead.changes);
+      // The next leader gained only after the previous one stopped leading (or its process died or stopped).
+      expect(Math.min(...lead.failover.list.map((f) => f.ms))).toBeGreaterThanOrEqual(0);
+      expect(lead.failover.maxMs).toBeGreaterThanOrEqual(lead.failover.p50Ms!);
     });
   });
 

@@ -6,7 +6,7 @@ import { ms, now } from '../clock.mjs';
 import { watchSession } from '../ensemble.mjs';
 import { nodeLog } from '../observer.mjs';
 import { opts } from '../options.mjs';
-import { firstAcquisition, holds, lateWrites, liveSlots, lostEvents, pauses, until } from '../state.mjs';
+import { firstAcquisition, holds, lateWrites, leaderSlot, liveSlots, lostEvents, pauses, until } from '../state.mjs';
 import { store } from '../store.mjs';
 import { holderFor, settle, spawnWorker } from '../workers.mjs';
 
@@ -67,6 +67,7 @@ export async function pauseHolder(slot) {
   if (!hold) return { ...record, at: now(), observed: false, evidence: 'the slot never held the mutex' };
   const at = now();
   record.at = at;
+  if (leaderSlot() === slot) record.target += ', leading the election';
   const child = slot.child;
   process.kill(child.pid, 'SIGSTOP');
   slot.paused = true;
@@ -167,7 +168,8 @@ export async function rollingRestart(slot) {
   await sleep(200); // the other processes queue behind it
   // SIGTERM right as a short critical section begins too (a semaphore or rw holder of this process).
   const pid = slot.child.pid;
-  await until(undefined, () => [...holds.values()].some((h) => h.pid === pid && h.end === 'open' && h.holdId !== hold.holdId) || undefined, 5_000);
+  // (A leader term is no critical section: the process may lead all along.)
+  await until(undefined, () => [...holds.values()].some((h) => h.pid === pid && h.end === 'open' && h.holdId !== hold.holdId && h.lock !== 'leader') || undefined, 5_000);
   const at = now();
   record.at = at;
   const child = slot.child;
