@@ -8,11 +8,13 @@
 // counter, yields two event-loop turns, and writes it + 1. Two holders at once lose an
 // update, so the final value must equal the number of acquisitions. The counter is a variable of
 // this process ("mem") or an 8-byte file in /dev/shm shared with other processes.
+// The leader-election commands (one participant per agent) are in agent-election.mjs.
 import { closeSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import { Session as InspectorSession } from 'node:inspector';
 import { createInterface } from 'node:readline';
 import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/promises';
-import { CreateMode, LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from '../dist/index.js';
+import { CreateMode, LockEngine, Mutex, ReadWriteLock, SECURE_PARENT_ACL, Semaphore, ZkConnection } from '../dist/index.js';
+import { electionCommands } from './agent-election.mjs';
 import { mntr, notificationsIn } from './support.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
@@ -22,8 +24,9 @@ const SESSION_TIMEOUT_MS = 10_000;
 // ---------------------------------------------------------------------------------------------
 // Connections
 
-async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS) {
-  const connection = new ZkConnection({ connectString: ZK, sessionTimeoutMs });
+/** @param {import('../dist/index.js').ZkAuth} [auth] */
+async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS, auth = undefined) {
+  const connection = new ZkConnection({ connectString: ZK, sessionTimeoutMs, auth });
   await connection.connect();
   return connection;
 }
@@ -31,6 +34,21 @@ async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS) {
 const connection = await openConnection();
 const engine = new LockEngine(connection, { app: 'bench' });
 engine.onWarning((message) => process.stderr.write(`warning: ${message}\n`));
+
+/**
+ * The `ours-auth` peer's own session, set up as ZkLockModule does when `auth` is given: digest
+ * credentials on the session, and SECURE_PARENT_ACL (the module's default with `auth`) on what
+ * the engine creates. Opened on first use.
+ * @type {{ connection: ZkConnection, engine: LockEngine } | undefined}
+ */
+let authed;
+async function authedEngine() {
+  if (!authed) {
+    const c = await openConnection(SESSION_TIMEOUT_MS, { scheme: 'digest', credentials: 'bench:secret' });
+    authed = { connection: c, engine: new LockEngine(c, { app: 'bench', parentAcl: SECURE_PARENT_ACL }) };
+  }
+  return authed;
+}
 
 /** @type {import('ioredis').Redis | undefined} */
 let redis;
@@ -145,10 +163,18 @@ async function makePeer(peer, path, on = { connection, engine }) {
   if (!session) throw new Error('not connected');
   switch (peer) {
     case 'ours':
-    case 'ours-fifo': {
-      const options = { coalesce: peer === 'ours' };
+    case 'ours-fifo':
+    case 'ours-auth': {
+      const options = { coalesce: peer !== 'ours-fifo' };
+      let lockEngine = on.engine;
+      if (peer === 'ours-auth') {
+        // Ancestors made open here, so that only this lock's own nodes carry the ACL (the other
+        // workloads' sessions, without credentials, keep creating under the same base path).
+        await ensurePath(session, path.slice(0, path.lastIndexOf('/')));
+        lockEngine = (await authedEngine()).engine;
+      }
       return () => {
-        const mutex = new Mutex(on.engine, path, path, options);
+        const mutex = new Mutex(lockEngine, path, path, options);
         return { acquire: () => mutex.acquire(), release: (lease) => lease.release() };
       };
     }
@@ -256,6 +282,7 @@ async function timedRun({ peer, workers, path, t0, t1, counter: counterSpec = 'm
   const value = counter && counterSpec === 'mem' ? counter.read() : -1;
   counter?.close();
   await engine.drain();
+  await authed?.engine.drain();
   return { acquired: perWorker.reduce((a, b) => a + b, 0), inWindow, perWorker, lat, counter: value, cpuMs, elapsedMs, errors };
 }
 
@@ -650,7 +677,10 @@ async function churn({ seconds, base, workers = 8, sampleEverySeconds = 5 }) {
 
 // ---------------------------------------------------------------------------------------------
 
+const election = electionCommands({ engine, ensurePath });
+
 const handlers = {
+  ...election,
   run: timedRun,
   queue: queueRun,
   notifyFloor,
@@ -686,8 +716,13 @@ for await (const line of lines) {
   }
 }
 
+await election.electLeave();
 await closePool();
 await engine.drain();
 await connection.close();
+if (authed) {
+  await authed.engine.drain();
+  await authed.connection.close();
+}
 if (redis) await redis.quit().catch(() => undefined);
 process.exit(0);

@@ -59,6 +59,10 @@ export function parseArgs(argv) {
     queueRounds: q ? 1 : 3,
     queueReleases: q ? 100 : 300,
     holdMs: 5,
+    // Leadership handover: per round and peer, after a warm-up (also the JVMs' JIT) per peer.
+    electionSamples: q ? 30 : 60,
+    electionWarmup: q ? 10 : 40,
+    electionSettleMs: 5,
     recipeHoldMs: 2,
     scaleLocks: 10_000,
     scaleWaiters: 1_000,

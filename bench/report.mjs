@@ -20,6 +20,7 @@ export const PEER_LABEL = {
   exists: 'raw exists round trip',
   ours: 'nestjs-zk-lock Mutex',
   'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
+  'ours-auth': 'nestjs-zk-lock Mutex, digest auth + SECURE_PARENT_ACL',
   herd: 'naive herd lock (same client)',
   curator: 'Curator InterProcessMutex',
   redis: 'redis-semaphore Mutex (Redis)',
@@ -27,6 +28,45 @@ export const PEER_LABEL = {
 
 // ---------------------------------------------------------------------------------------------
 // Report
+
+/**
+ * Leadership handover against ZooKeeper's floor and Curator's LeaderLatch, and the cost of digest
+ * auth: each a ratio to a peer measured in the same run.
+ * @param {Record<string, any>} results
+ */
+function reportRatios(results) {
+  const rows = [];
+  const L = results.leadership;
+  if (L) {
+    const pair = (/** @type {any} */ x) => `${fmt.ms(x.p50)} / ${fmt.ms(x.p99)} ms`;
+    const ratio = (/** @type {any} */ a, /** @type {any} */ b) => `${fmt.ratio(a.p50 / b.p50)} / ${fmt.ratio(a.p99 / b.p99)}`;
+    const floor = `ZooKeeper delete → watch event in another process: ${pair(L.floor)}`;
+    const label = (/** @type {string} */ call) => `handover, ${L.participants} participants: ${call} → successor's gained, p50 / p99`;
+    rows.push([label("leader's close()"), pair(L.close), floor, ratio(L.close, L.floor), `${L.close.check} (${L.close.samples})`]);
+    if (L.curator) rows.push(['', '', `Curator LeaderLatch close() → successor's isLeader(): ${pair(L.curator)}`, ratio(L.close, L.curator), `(${L.curator.samples})`]);
+    rows.push([label("leader's stepDown()"), pair(L.stepDown), floor, ratio(L.stepDown, L.floor), `${L.stepDown.check} (${L.stepDown.samples})`]);
+  }
+  const plain = results.timed?.['W1/ours'];
+  const authed = results.timed?.['W1/ours-auth'];
+  if (plain && authed) {
+    rows.push([
+      'W1 with digest auth + SECURE_PARENT_ACL (1 worker), cycles/s',
+      `${fmt.ops(authed.opsPerSec)} (p50 ${fmt.ms(authed.p50)} ms, ${fmt.n(authed.zkRequestsPerOp, 2)} req/op)`,
+      `the same without auth: ${fmt.ops(plain.opsPerSec)} (p50 ${fmt.ms(plain.p50)} ms, ${fmt.n(plain.zkRequestsPerOp, 2)} req/op)`,
+      fmt.ratio(authed.opsPerSec / plain.opsPerSec),
+      authed.check,
+    ]);
+  }
+  if (!rows.length) return;
+  console.log('\nRatios to a peer of the same run (leadership: one ZooKeeper session and process per participant; samples pooled over rounds)');
+  printTable(['measure', 'ours', 'peer (same run)', 'ours ÷ peer', 'check (samples)'], rows, ['', 'r', '', 'r', '']);
+  if (L) {
+    console.log(
+      "handover: from the leader's call to the successor's event (CLOCK_MONOTONIC, across processes); a closed participant joins " +
+        "again after each handover. check: each successor's term began after the old term's signal aborted, with a greater fencing token.",
+    );
+  }
+}
 
 /** @param {Record<string, any>} results */
 export function report(results) {
@@ -40,7 +80,7 @@ export function report(results) {
   };
   const workloadLabel = { W1: 'W1 uncontended (1 worker)', W2: 'W2 1 process × 8 workers', W3: 'W3 4 processes × 4 workers' };
   for (const workload of ['W1', 'W2', 'W3']) {
-    for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd', 'curator', 'redis']) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-auth', 'ours-fifo', 'herd', 'curator', 'redis']) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
       rows.push([
@@ -114,6 +154,8 @@ export function report(results) {
     const f = results.notifyFloor;
     if (f) console.log(`ZooKeeper's own floor: delete() call → another session's watch event, p50 ${fmt.ms(f.p50)} ms, p99 ${fmt.ms(f.p99)} ms (${f.samples} samples).`);
   }
+
+  reportRatios(results);
 
   if (results.scale) {
     const { locks, waiters } = results.scale;

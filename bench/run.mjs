@@ -1,7 +1,7 @@
 // Benchmarks of nestjs-zk-lock against the locks users would pick instead, side by side in one run.
 //
 //   npm run build && node bench/run.mjs [--quick] [--churn-seconds N] [--rounds N] [--round-ms N]
-//                                      [--only w1,w2,w3,w4,sem,rw,scale,churn] [--profile]
+//                                      [--only w1,w2,w3,w4,leader,auth,sem,rw,scale,churn] [--profile]
 //                                      [--no-curator] [--no-redis]
 //   (`npm run bench -- --quick` runs it through bench/mutex.mjs)
 //
@@ -19,17 +19,22 @@
 //   W3  contended across processes: 4 processes × 4 workers (Curator: 4 JVMs × 4 threads)
 //   W4  queue: 2/8/64 waiters (one session each), 5 ms hold: handoff latency, watch
 //       notifications and requests per release (server mntr counters)
+//   leader  leadership handover: 4 participants (one process each) in one election; the leader's
+//       close() (or stepDown()) → the successor's `gained`, p50/p99 (election.mjs)
+//   auth  W1 with digest auth and SECURE_PARENT_ACL (as ZkLockModule sets up `auth`) vs without
 //   semaphore (4 permits, 16 workers), read-write lock (90 % reads, 16 workers), 2 ms holds
 //   scale: 10 000 distinct locks held at once; 1 000 waiters on one lock
 //   churn: a mix of acquires, tries, timeouts and semaphore leases; heap after GC before/after
 // Peers, alternating round by round (medians over rounds; latencies pooled):
 //   raw create+delete and exists round trips, our mutex without in-process coalescing
 //   (`coalesce: false`: one node per caller, as Curator), the naive "herd" lock, Curator's
-//   InterProcessMutex, redis-semaphore's Mutex on ioredis.
+//   InterProcessMutex, redis-semaphore's Mutex on ioredis; for leadership ZooKeeper's own
+//   delete → watch event across processes and Curator's LeaderLatch.
 // Results: a table on stdout and bench/results/<date>.json.
 //
 // The parts: options.mjs (this command line), timed.mjs (one timed round of a peer),
-// workloads.mjs (each workload of a run), report.mjs (the tables), support.mjs (servers, agents,
+// workloads.mjs (each workload of a run), election.mjs (leadership handover; its agent side is
+// agent-election.mjs), report.mjs (the tables), support.mjs (servers, agents,
 // statistics); scripts/support/zookeeper.mjs (the ZooKeeper runner, shared with the tests).
 import { spawnSync } from 'node:child_process';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -38,6 +43,7 @@ import { fourLetter } from '../scripts/support/zookeeper.mjs';
 import { opts, startedAt } from './options.mjs';
 import { fmt, report } from './report.mjs';
 import { BENCH_DIR, prepareCurator, startRedis, withZooKeeper } from './support.mjs';
+import { runLeadership } from './election.mjs';
 import { runAlternatingRounds, runChurn, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
 
 async function main() {
@@ -80,6 +86,7 @@ async function main() {
       const started = await startAgents(ctx, curatorArgs);
       await runAlternatingRounds(ctx, started);
       await runQueue(ctx, started.main);
+      await runLeadership(ctx, started);
       await runRecipes(ctx, started.main);
       // Close the long-lived agents before the memory runs (fewer sessions, less noise).
       await Promise.all(agents.splice(0).map((a) => a.close()));

@@ -25,19 +25,21 @@ function rangeOf(xs) {
 }
 
 /**
- * The long-lived agents: the main Node one, W3's four, Curator's (when it can run here).
+ * The long-lived agents: the main Node one, four processes (W3, leadership), Curator's (when it
+ * can run here).
  * @param {BenchContext} ctx
  * @param {((connectString: string) => string[]) | undefined} curatorArgs
  */
 export async function startAgents({ zk, config, agents, track }, curatorArgs) {
-  const needMain = ['w1', 'w2', 'w4', 'sem', 'rw'].some(wants);
+  const needMain = ['w1', 'w2', 'w4', 'sem', 'rw', 'auth'].some(wants);
+  const needProcs = wants('w3') || wants('leader');
   const main = needMain ? track(nodeAgent('agent-main', config)) : undefined;
-  const w3 = wants('w3') ? [0, 1, 2, 3].map((i) => track(nodeAgent(`agent-w3-${i}`, config))) : [];
+  const procs = needProcs ? [0, 1, 2, 3].map((i) => track(nodeAgent(`agent-proc-${i}`, config))) : [];
   const curatorMain = curatorArgs && (wants('w1') || wants('w2')) ? track(javaAgent('curator-main', curatorArgs(zk))) : undefined;
-  const curatorW3 = curatorArgs && wants('w3') ? [0, 1, 2, 3].map((i) => track(javaAgent(`curator-w3-${i}`, curatorArgs(zk)))) : [];
+  const curatorProcs = curatorArgs && needProcs ? [0, 1, 2, 3].map((i) => track(javaAgent(`curator-proc-${i}`, curatorArgs(zk)))) : [];
   await Promise.all(agents.map((a) => a.ready));
   console.log(`agents ready: ${agents.map((a) => a.name).join(', ')}\n`);
-  return { main, w3, curatorMain, curatorW3 };
+  return { main, procs, curatorMain, curatorProcs };
 }
 
 /**
@@ -45,14 +47,17 @@ export async function startAgents({ zk, config, agents, track }, curatorArgs) {
  * @param {BenchContext} ctx
  * @param {Awaited<ReturnType<typeof startAgents>>} agents
  */
-export async function runAlternatingRounds(ctx, { main, w3, curatorMain, curatorW3 }) {
+export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, curatorProcs: curatorW3 }) {
   const { redis, results } = ctx;
   // W1 and W2 are wanted only with the main agent started (startAgents).
   const mainAgent = /** @type {Agent} */ (main);
   // ---- W1, W2, W3: alternating rounds -------------------------------------------------
   const plan = [];
+  // `auth`: our W1 with digest auth (and the module's ACL for it) next to our W1 without.
+  const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
+  if (wants('auth')) w1Peers.splice(w1Peers.indexOf('ours') + 1, 0, 'ours-auth');
+  for (const peer of w1Peers) plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
   if (wants('w1')) {
-    for (const peer of ['raw', 'exists', 'ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
     if (curatorMain) plan.push({ workload: 'W1', peer: 'curator', agents: [curatorMain], workers: 1 });
     if (redis) plan.push({ workload: 'W1', peer: 'redis', agents: [mainAgent], workers: 1 });
   }

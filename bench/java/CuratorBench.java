@@ -1,7 +1,7 @@
-// Apache Curator's InterProcessMutex as a benchmark peer for bench/run.mjs. One JVM = one
-// CuratorFramework client (one ZooKeeper session); workers are threads, each with its own
+// Apache Curator's InterProcessMutex and LeaderLatch as benchmark peers for bench/run.mjs. One JVM =
+// one CuratorFramework client (one ZooKeeper session); workers are threads, each with its own
 // InterProcessMutex on the same path (Curator's mutex is re-entrant per thread and per instance,
-// so separate instances contend like separate processes would).
+// so separate instances contend like separate processes would); one LeaderLatch per JVM.
 //
 // Compiled at bench time with javac against Debian's jars (libcurator-{recipes,framework,client}-java
 // plus zookeeper, guava and slf4j from the zookeeper package).
@@ -21,6 +21,12 @@
 //            "cpuMs":<process CPU time during the run>,"errors":[...]}
 //           lat: acquire() latencies of the acquisitions that returned before t1 (at most maxSamples).
 //           counter: the final value for "mem" (for a file the caller reads it), else -1.
+//   stdin:  latchJoin <path> <id>: join the election at <path> with a LeaderLatch (one per JVM).
+//           latchStatus: {"ok":true,"isLeader":b,"gains":N,"participants":[ids in queue order]}
+//           latchAwait <gains>: once more than <gains> terms were gained here, {"ok":true,"gainedAt":ms}
+//           latchHandover: the leader close()s its latch, {"ok":true,"t":ms} (t: just before close());
+//             latchJoin again to take part anew. latchLeave: close it.
+//           Times are System.nanoTime() in ms: CLOCK_MONOTONIC on Linux, as Node's process.hrtime.
 //   stdin:  quit (or end of input): close the client and exit 0.
 // Nothing else is written to stdout; Curator and ZooKeeper log (warn and up) to stderr.
 
@@ -41,6 +47,9 @@ import java.util.concurrent.atomic.AtomicLong;
 
 import org.apache.curator.framework.CuratorFramework;
 import org.apache.curator.framework.CuratorFrameworkFactory;
+import org.apache.curator.framework.recipes.leader.LeaderLatch;
+import org.apache.curator.framework.recipes.leader.LeaderLatchListener;
+import org.apache.curator.framework.recipes.leader.Participant;
 import org.apache.curator.framework.recipes.locks.InterProcessMutex;
 import org.apache.curator.retry.ExponentialBackoffRetry;
 
@@ -104,18 +113,31 @@ public final class CuratorBench {
                 String[] parts = line.trim().split("\\s+");
                 if (parts.length == 0 || parts[0].isEmpty()) continue;
                 if (parts[0].equals("quit")) break;
-                if (parts[0].equals("run") && parts.length >= 7) {
-                    try {
+                try {
+                    if (parts[0].equals("run") && parts.length >= 7) {
                         OUT.println(run(client, Integer.parseInt(parts[1]), Long.parseLong(parts[2]), Long.parseLong(parts[3]),
                                 parts[4], parts[5], Integer.parseInt(parts[6])));
-                    } catch (Exception e) {
-                        OUT.println("{\"ok\":false,\"error\":" + quote(String.valueOf(e)) + "}");
+                    } else if (parts[0].equals("latchJoin") && parts.length >= 3) {
+                        Election.join(client, parts[1], parts[2]);
+                        OUT.println("{\"ok\":true}");
+                    } else if (parts[0].equals("latchStatus")) {
+                        OUT.println(Election.status());
+                    } else if (parts[0].equals("latchAwait") && parts.length >= 2) {
+                        OUT.println(Election.await(Long.parseLong(parts[1])));
+                    } else if (parts[0].equals("latchHandover")) {
+                        OUT.println(Election.handover());
+                    } else if (parts[0].equals("latchLeave")) {
+                        Election.leave();
+                        OUT.println("{\"ok\":true}");
+                    } else {
+                        OUT.println("{\"ok\":false,\"error\":" + quote("unknown command: " + line) + "}");
                     }
-                } else {
-                    OUT.println("{\"ok\":false,\"error\":" + quote("unknown command: " + line) + "}");
+                } catch (Exception e) {
+                    OUT.println("{\"ok\":false,\"error\":" + quote(String.valueOf(e)) + "}");
                 }
             }
         } finally {
+            Election.leave();
             client.close();
         }
         System.exit(0);
@@ -193,6 +215,76 @@ public final class CuratorBench {
         }
         sb.append("]}");
         return sb.toString();
+    }
+
+    /** This JVM's participant in one election (LeaderLatch), for the leadership handover workload. */
+    static final class Election {
+        private static final Object LOCK = new Object();
+        private static final long WAIT_MS = 10_000;
+        private static LeaderLatch latch;
+        private static long gains;
+        private static double gainedAt = Double.NaN;
+
+        static double monoMs() { return System.nanoTime() / 1e6; }
+
+        static void join(CuratorFramework client, String path, String id) throws Exception {
+            LeaderLatch l = new LeaderLatch(client, path, id);
+            l.addListener(new LeaderLatchListener() {
+                @Override public void isLeader() {
+                    double at = monoMs();
+                    synchronized (LOCK) {
+                        gains++;
+                        gainedAt = at;
+                        LOCK.notifyAll();
+                    }
+                }
+                @Override public void notLeader() {}
+            });
+            l.start();
+            latch = l;
+        }
+
+        static String status() throws Exception {
+            StringBuilder sb = new StringBuilder("{\"ok\":true,\"isLeader\":").append(latch.hasLeadership());
+            synchronized (LOCK) { sb.append(",\"gains\":").append(gains); }
+            sb.append(",\"participants\":[");
+            boolean first = true;
+            for (Participant p : latch.getParticipants()) {
+                sb.append(first ? "" : ",").append(quote(p.getId()));
+                first = false;
+            }
+            return sb.append("]}").toString();
+        }
+
+        static String await(long after) throws Exception {
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            synchronized (LOCK) {
+                while (gains <= after) {
+                    long left = deadline - System.currentTimeMillis();
+                    if (left <= 0) throw new IllegalStateException("no leadership gained within " + WAIT_MS + " ms");
+                    LOCK.wait(left);
+                }
+                return "{\"ok\":true,\"gainedAt\":" + ms(gainedAt) + "}";
+            }
+        }
+
+        static String handover() throws Exception {
+            if (!latch.await(WAIT_MS, TimeUnit.MILLISECONDS)) throw new IllegalStateException("not the leader");
+            double t = monoMs();
+            latch.close();
+            return "{\"ok\":true,\"t\":" + ms(t) + "}";
+        }
+
+        static void leave() {
+            try {
+                if (latch != null) latch.close();
+            } catch (Exception e) {
+                // already closed
+            }
+            latch = null;
+        }
+
+        private static String ms(double x) { return String.format(java.util.Locale.ROOT, "%.4f", x); }
     }
 
     /** CPU time of the whole JVM (all threads, including Curator's and ZooKeeper's own). */
