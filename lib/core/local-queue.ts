@@ -27,12 +27,16 @@ interface OwnNode {
   /** The node's watches (its deletion, the queue), once requested; handoffs wait until they are set. */
   watched?: Promise<void>;
   watchesSet: boolean;
+  /** Kept with no holder (`retainMs`): ends it when the time is up or at shutdown. */
+  retention?: { timer: NodeJS.Timeout; stopWatchingEngine: () => void };
 }
 
 export interface LocalQueueOptions {
   fair: boolean;
   /** Local handoffs allowed once another process is seen queueing, before our node goes. */
   maxLocalHandoffs: number;
+  /** Keep the node this long after the last local holder while no other process queues (0: never). */
+  retainMs?: number;
 }
 
 /**
@@ -106,7 +110,14 @@ export class LocalQueue {
   /** Moves the queue on: grant to the next caller, queue a node for them, or go idle. */
   private pump(): void {
     if (this.holder || this.handoffPending) return;
-    if (this.own) return this.grantOrFree(this.own);
+    const own = this.own;
+    if (own?.retention) {
+      if (this.waiters.length === 0) return;
+      // A caller for the node we kept: hand it over as after any hold (same checks, next token).
+      this.stopRetaining(own);
+      return void this.resumeAfterHold(own);
+    }
+    if (own) return this.grantOrFree(own);
     if (this.waiters.length > 0) {
       if (!this.acquiring) this.queueNode();
       return;
@@ -181,8 +192,12 @@ export class LocalQueue {
     if (this.holder !== lease) return Promise.resolve();
     this.holder = undefined;
     const own = this.own;
-    if (own && this.waiters.length > 0 && own.watched && !own.watchesSet) {
-      // The node's watches were just requested: hand over once they are in place.
+    return own ? this.resumeAfterHold(own) : (this.pump(), Promise.resolve());
+  }
+
+  /** After a hold: hand over (once the node's watches are in place, if they were just requested). */
+  private resumeAfterHold(own: OwnNode): Promise<void> {
+    if (this.waiters.length > 0 && own.watched && !own.watchesSet) {
       this.handoffPending = true;
       void own.watched.then(() => {
         this.handoffPending = false;
@@ -191,11 +206,12 @@ export class LocalQueue {
       });
       return Promise.resolve();
     }
-    return own ? this.afterHold(own) : (this.pump(), Promise.resolve());
+    return this.afterHold(own);
   }
 
-  /** Between two holders of our node: hand it over locally, or delete it and queue again. */
+  /** Between two holders of our node: hand it over locally, keep it (retainMs), or delete it and queue again. */
   private afterHold(own: OwnNode): Promise<void> {
+    if (this.waiters.length === 0 && this.retain(own)) return Promise.resolve();
     if (this.waiters.length > 0 && this.mayHandOff(own)) {
       own.handoffs++;
       if (own.othersMayWait) own.handoffsWhileOthersWait++;
@@ -206,6 +222,38 @@ export class LocalQueue {
     const freed = own.lease.release();
     this.pump();
     return freed;
+  }
+
+  /**
+   * Keeps our node with nobody holding it for `retainMs`, while no other process is seen queueing:
+   * the next local caller then holds without a request. The queue's watch ends it at once when
+   * another process queues (a contender waits one notification and our delete longer).
+   */
+  private retain(own: OwnNode): boolean {
+    const retainMs = this.options.retainMs ?? 0;
+    if (retainMs <= 0 || own.othersMayWait || !this.mayHandOff(own) && own.watchesSet) return false;
+    if (this.engine.connection.state !== 'connected' || this.engine.isShuttingDown) return false;
+    this.watchForHandoff(own);
+    const timer = setTimeout(() => this.endRetention(own), retainMs);
+    timer.unref();
+    own.retention = { timer, stopWatchingEngine: this.engine.onStop(() => this.endRetention(own)) };
+    return true;
+  }
+
+  private stopRetaining(own: OwnNode): void {
+    if (!own.retention) return;
+    clearTimeout(own.retention.timer);
+    own.retention.stopWatchingEngine();
+    own.retention = undefined;
+  }
+
+  /** Gives the kept node up (time is up, another process queues, shutdown). */
+  private endRetention(own: OwnNode): void {
+    if (this.own !== own || !own.retention) return;
+    this.stopRetaining(own);
+    this.own = undefined;
+    void own.lease.release();
+    this.pump();
   }
 
   private mayHandOff(own: OwnNode): boolean {
@@ -236,6 +284,7 @@ export class LocalQueue {
     const othersQueue = () => {
       own.othersMayWait = true;
       own.handoffsWhileOthersWait = 0;
+      this.endRetention(own);
     };
     // Each callback writes only to its own node's state: a later node has its own object.
     const queue = own.lease.session
@@ -249,6 +298,7 @@ export class LocalQueue {
           const others = children.length > 1;
           if (others && !own.othersMayWait) own.handoffsWhileOthersWait = 0;
           own.othersMayWait = others;
+          if (others) this.endRetention(own);
         },
         () => {
           // No listing, so no watch: nobody would tell us when others queue. Assume they do.
@@ -263,6 +313,7 @@ export class LocalQueue {
 
   /** The node ended other than by our release: lost (session, deleted, shutdown). */
   private nodeEnded(own: OwnNode, reason: LockLostReason | 'released'): void {
+    this.stopRetaining(own);
     if (this.own !== own) return;
     this.own = undefined;
     const holder = this.holder;

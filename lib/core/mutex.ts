@@ -1,4 +1,5 @@
 import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
+import { InvalidOptionError } from './errors.js';
 import { LocalQueue } from './local-queue.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from './lock-engine.js';
 import type { AcquireOptions } from './acquire-options.js';
@@ -31,6 +32,15 @@ export interface MutexOptions {
    * other process waits, handoffs are not limited.
    */
   maxLocalHandoffs?: number;
+  /**
+   * Keep our node this long after the last local holder released, while no other process queues:
+   * the next acquire of this process then holds without a ZooKeeper request (and a new fencing
+   * token). Another process that queues ends it at once (it waits one watch notification and our
+   * delete longer); so do shutdown and any connection trouble. Trade-off: a process that dies while
+   * keeping the node holds the lock, for others, until its session expires. Needs coalescing.
+   * Default 0 (the node goes at release).
+   */
+  retainMs?: number;
   /**
    * Listen for requests to let go (`LockService.revoke`, Curator's `Revoker`): `true` aborts the
    * lease's signal with reason `revoked`; a function is called with the lease. Takes one node per
@@ -65,6 +75,7 @@ export class Mutex extends LockRecipe {
   /** Local handoff bound when coalescing; undefined when each caller queues its own node. */
   private readonly maxLocalHandoffs: number | undefined;
   private readonly revocable: Revocable | undefined;
+  private readonly retainMs: number;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
     options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce']);
@@ -79,6 +90,10 @@ export class Mutex extends LockRecipe {
     // Nor does a revocable one: a revocation speaks to the holder of one node.
     const coalesce = (options.coalesce ?? defaults.coalesce) && !options.internal && !this.revocable;
     this.maxLocalHandoffs = coalesce ? maxLocalHandoffs : undefined;
+    this.retainMs = positiveInteger(options.retainMs, 'retainMs', 0, 0, 60_000);
+    if (this.retainMs > 0 && (!coalesce || maxLocalHandoffs === 0)) {
+      throw new InvalidOptionError('retainMs', 'keeps a node for the next local holder: it needs coalescing (coalesce, maxLocalHandoffs > 0, not revocable)');
+    }
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
@@ -86,8 +101,9 @@ export class Mutex extends LockRecipe {
     const maxLocalHandoffs = this.maxLocalHandoffs;
     if (maxLocalHandoffs !== undefined) {
       // Mutexes of one path with the same settings share one in-process queue.
-      const key = `mutex:${this.fair}:${maxLocalHandoffs}:${this.path}`;
-      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair: this.fair, maxLocalHandoffs }, unregister));
+      const { fair, retainMs } = this;
+      const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${this.path}`;
+      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs }, unregister));
       return queue.acquire(this.name, options, leaseOptions);
     }
     const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
