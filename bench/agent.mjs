@@ -158,14 +158,18 @@ function herdLock(session, path) {
   };
 }
 
+/** The `ours-retain` peer's retainMs: longer than any pause between two cycles of one worker. */
+const RETAIN_MS = 1000;
+
 async function makePeer(peer, path, on = { connection, engine }) {
   const session = on.connection.session;
   if (!session) throw new Error('not connected');
   switch (peer) {
     case 'ours':
     case 'ours-fifo':
+    case 'ours-retain':
     case 'ours-auth': {
-      const options = { coalesce: peer !== 'ours-fifo' };
+      const options = { coalesce: peer !== 'ours-fifo', retainMs: peer === 'ours-retain' ? RETAIN_MS : 0 };
       let lockEngine = on.engine;
       if (peer === 'ours-auth') {
         // Ancestors made open here, so that only this lock's own nodes carry the ACL (the other

@@ -20,6 +20,7 @@ export const PEER_LABEL = {
   exists: 'raw exists round trip',
   ours: 'nestjs-zk-lock Mutex',
   'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
+  'ours-retain': 'nestjs-zk-lock Mutex, retainMs: 1000',
   'ours-auth': 'nestjs-zk-lock Mutex, digest auth + SECURE_PARENT_ACL',
   herd: 'naive herd lock (same client)',
   curator: 'Curator InterProcessMutex',
@@ -47,6 +48,18 @@ function reportRatios(results) {
     rows.push([label("leader's stepDown()"), pair(L.stepDown), floor, ratio(L.stepDown, L.floor), `${L.stepDown.check} (${L.stepDown.samples})`]);
   }
   const plain = results.timed?.['W1/ours'];
+  const raw = results.timed?.['W1/raw'];
+  for (const peer of ['ours', 'ours-retain']) {
+    const a = results.timed?.[`W1/${peer}`];
+    if (!a || !raw) continue;
+    rows.push([
+      `W1 uncontended (1 worker), ${PEER_LABEL[peer]}, cycles/s`,
+      `${fmt.ops(a.opsPerSec)} (${fmt.n(a.zkRequestsPerOp, 2)} req/op, ${fmt.n(a.clientCpuUsPerOp, 0)} µs CPU/op)`,
+      `raw serial create+delete: ${fmt.ops(raw.opsPerSec)} (${fmt.n(raw.zkRequestsPerOp, 2)} req/op)`,
+      fmt.ratio(a.opsPerSec / raw.opsPerSec),
+      a.check,
+    ]);
+  }
   const authed = results.timed?.['W1/ours-auth'];
   if (plain && authed) {
     rows.push([
@@ -80,7 +93,7 @@ export function report(results) {
   };
   const workloadLabel = { W1: 'W1 uncontended (1 worker)', W2: 'W2 1 process × 8 workers', W3: 'W3 4 processes × 4 workers' };
   for (const workload of ['W1', 'W2', 'W3']) {
-    for (const peer of ['raw', 'exists', 'ours', 'ours-auth', 'ours-fifo', 'herd', 'curator', 'redis']) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-retain', 'ours-auth', 'ours-fifo', 'herd', 'curator', 'redis']) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
       rows.push([

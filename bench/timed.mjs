@@ -30,7 +30,7 @@ export function javaAgent(name, javaArgs) {
 // ---------------------------------------------------------------------------------------------
 // One timed round of a peer
 
-export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-auth', 'herd', 'raw', 'exists', 'curator']);
+export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-retain', 'ours-auth', 'herd', 'raw', 'exists', 'curator']);
 
 export function counterFile() {
   const file = `/dev/shm/nestjs-zk-lock-bench.${process.pid}.counter`;
