@@ -47,7 +47,7 @@ const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
  * @typedef {object} LockContender
  * @property {string} node
  * @property {string} path
- * @property {'lock' | 'read' | 'write' | 'lease' | 'other'} mode
+ * @property {'lock' | 'read' | 'write' | 'lease' | 'latch' | 'other'} mode
  * @property {number} [sequence]
  * @property {boolean} holds
  * @property {{ host?: string, pid?: number, app?: string, instance?: string, createdAt?: string }} holder
@@ -60,7 +60,7 @@ const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
  * @typedef {object} LockView
  * @property {string} name
  * @property {string} path
- * @property {'mutex' | 'read-write' | 'semaphore' | 'idle'} kind
+ * @property {'mutex' | 'read-write' | 'semaphore' | 'leadership' | 'idle'} kind
  * @property {LockContender[]} holders
  * @property {LockContender[]} waiting
  * @property {number} [leases]
@@ -88,6 +88,8 @@ const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
  * @property {{ ticksInWindow: number, ticksObserved: number, maxRunsPerTick: number, ticks: { tick: number, runs: number, instances: string[] }[] }} cron
  * @property {number} reportRebuilds
  * @property {LockSnapshot} [lockSnapshot]
+ * @property {TakeoverResult} [takeover] with the `takeover` option and locks: the leader of 'jobs:housekeeping' stopped and its successor timed
+ * @property {string} [takeoverError] why that failed
  * @property {string} logDir
  * @property {number} totalMs
  */
@@ -108,6 +110,50 @@ const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
  * @property {string} [label]
  * @property {(progress: Progress) => void} [onProgress]
  * @property {(instances: Instance[]) => void} [onInstances]
+ * @property {boolean} [takeover] with locks and 2 instances or more: after the sale and its cron ticks, stop the leader of 'jobs:housekeeping' and time its successor (leaderTakeover)
+ * @property {(leader: Instance) => void} [onTakeover] called just before that leader gets its SIGTERM
+ */
+/** @typedef {{ tick: number, runs: number, instances: string[] }} TickRuns */
+/**
+ * What leaderTakeover() saw: the leader of an election (as GET /locks names it), its graceful
+ * stop, the first instance that GET /locks named leader after it, and the leader-only job's runs
+ * per tick before and after (from GET /jobs/cron-runs; the instances share the database).
+ * @typedef {object} TakeoverResult
+ * @property {string} election
+ * @property {string} job
+ * @property {{ name: string, pid: number }} leader
+ * @property {string} seenBy the instance whose GET /locks named the leader
+ * @property {number} participants contenders in the election then (the leader included)
+ * @property {number} stopTick the tick during which the SIGTERM went out (the leader had run it)
+ * @property {number} stopPhaseMs how far into its second the SIGTERM went out
+ * @property {number | string | null} exit the stopped leader's exit code (or signal)
+ * @property {number} exitMs SIGTERM → that process's exit
+ * @property {{ name: string, pid: number } | undefined} successor undefined: no other leader within `timeoutMs`
+ * @property {number} timeoutMs
+ * @property {number | undefined} takeoverMs SIGTERM → the first GET /locks answer naming the successor: the takeover happened before this
+ * @property {number} lastOldMs SIGTERM → the sending of the last GET /locks that still named the old leader: the takeover happened after this
+ * @property {number} survivors how many instances were asked
+ * @property {number} everyMs how often each survivor was asked
+ * @property {number} polls GET /locks answers from the survivors after the SIGTERM
+ * @property {number} answerMs their median time to answer
+ * @property {TickRuns[]} ticks the job's runs per tick from `sinceTick` to the last whole tick, ticks nobody ran included (runs 0)
+ * @property {number} leaderTicks ticks up to `stopTick` run by the leader alone
+ * @property {number[]} missed ticks nobody ran
+ * @property {TickRuns[]} doubled ticks run more than once
+ * @property {number | undefined} firstSuccessorTick
+ */
+/**
+ * @typedef {object} TakeoverOptions
+ * @property {string} [election] default 'jobs:housekeeping'
+ * @property {string} [job] the leader-only job in GET /jobs/cron-runs: default 'housekeeping'
+ * @property {number} [sinceTick] first tick to count (default: 5 ticks ago); every instance should be up by then
+ * @property {number} [ticksAfter] whole ticks to watch after the stop (default 3)
+ * @property {number} [phaseMs] send the SIGTERM this far into a second, after the leader's run of that tick (default 300)
+ * @property {number} [everyMs] send a GET /locks to each survivor this often (default 10)
+ * @property {number} [inFlight] with at most this many unanswered per survivor (default 2)
+ * @property {number} [timeoutMs] give up waiting for a leader (or a successor) after this long (default 30 000)
+ * @property {AbortSignal} [signal]
+ * @property {(leader: Instance) => void} [onStop] called just before the SIGTERM
  */
 /** @typedef {{ status: number, headers: import('node:http').IncomingHttpHeaders, body: any }} HttpAnswer */
 
@@ -318,6 +364,8 @@ export async function runScenario({
   label = locks ? 'locks-on' : 'locks-off',
   onProgress = (_progress) => undefined,
   onInstances = (_instances) => undefined,
+  takeover = false,
+  onTakeover = (_leader) => undefined,
 }) {
   const dir = join(workDir, label);
   rmSync(dir, { recursive: true, force: true });
@@ -380,6 +428,17 @@ export async function runScenario({
     const { ticks } = await getJson(`${instances[0].url}/jobs/cron-runs?since=${firstTick}`);
     const window = ticks.filter((t) => t.tick <= lastTick);
     const report = await getJson(`${instances[0].url}/jobs/sales-report`);
+    // The leader-only job exists with locks only (LOCKS=off registers neither it nor its election).
+    let takeoverResult;
+    let takeoverError;
+    if (takeover && locks && instances.length > 1) {
+      try {
+        takeoverResult = await leaderTakeover(instances, { sinceTick: firstTick, signal, onStop: onTakeover });
+      } catch (error) {
+        if (signal?.aborted) throw error;
+        takeoverError = String(error); // the sale's figures stand on their own
+      }
+    }
     latencies.sort((a, b) => a - b);
     return {
       label,
@@ -406,12 +465,168 @@ export async function runScenario({
       },
       reportRebuilds: report.rebuilds.length,
       lockSnapshot,
+      ...(takeoverResult ? { takeover: takeoverResult } : {}),
+      ...(takeoverError ? { takeoverError } : {}),
       logDir: dir,
       totalMs: Date.now() - started,
     };
   } finally {
     await stopInstances(instances);
   }
+}
+
+/**
+ * The leader of `election` among running `instances`, stopped gracefully, and how long until
+ * another instance leads. Finds the leader with GET /locks (the election's holder: its node's
+ * data, the participant id, tells its pid), waits until `phaseMs` into a second (the leader has
+ * run that tick), sends it SIGTERM (Nest's shutdown hooks: the instance leaves its elections
+ * before its session closes), and polls GET /locks on every survivor every `everyMs` until one
+ * names another leader. The takeover happened after the sending of the last poll that still named
+ * the old leader and before the first answer naming the successor.
+ * Then watches `ticksAfter` more whole ticks and reads the job's runs per tick from `sinceTick`
+ * on. Leaves the survivors running; the stopped instance has exited when this resolves.
+ * @param {Instance[]} instances
+ * @param {TakeoverOptions} [options]
+ * @returns {Promise<TakeoverResult>}
+ */
+export async function leaderTakeover(
+  instances,
+  {
+    election = 'jobs:housekeeping',
+    job = 'housekeeping',
+    sinceTick = tickOf() - 5,
+    ticksAfter = 3,
+    phaseMs = 300,
+    everyMs = 10,
+    inFlight = 2,
+    timeoutMs = 30_000,
+    signal,
+    onStop = (_leader) => undefined,
+  } = {},
+) {
+  // A latch node's data is its participant id (Curator's layout): `<host>:<pid>` by default,
+  // which inspect() reports as `{ host }`; JSON holder data or an id set to the instance's name
+  // would name it directly.
+  const instanceOf = (/** @type {LockContender['holder'] | undefined} */ holder) => {
+    if (!holder) return undefined;
+    const named = instances.find((i) => i.name === holder.instance || i.name === holder.host);
+    if (named) return named;
+    const pid = holder.pid ?? Number(/:(\d+)(?:#\d+)?$/.exec(holder.host ?? '')?.[1]);
+    return instances.find((i) => i.pid === pid);
+  };
+  /** @param {any} body GET /locks */
+  const leaderIn = (body) => {
+    const lock = /** @type {LockView[] | undefined} */ (body?.locks)?.find((l) => l.name === election && l.kind === 'leadership');
+    const instance = instanceOf(lock?.holders[0]?.holder);
+    if (!lock || !instance) return undefined;
+    return { name: instance.name, pid: instance.pid, participants: lock.holders.length + lock.waiting.length };
+  };
+
+  // The leader, once every instance takes part.
+  const from = instances[0];
+  const deadline = performance.now() + timeoutMs;
+  let found;
+  for (;;) {
+    const body = await getJson(`${from.url}/locks`);
+    const seen = leaderIn(body);
+    if (seen && seen.participants >= instances.length) {
+      found = seen;
+      break;
+    }
+    if (performance.now() > deadline) throw new Error(`GET /locks on ${from.name}: no leader of ${election} among all ${instances.length} instances within ${timeoutMs} ms (last: ${JSON.stringify(body.locks?.find((l) => l.name === election))})`);
+    await sleep(100, undefined, { signal });
+  }
+  const leader = /** @type {Instance} */ (instances.find((i) => i.name === found.name));
+  const survivors = instances.filter((i) => i !== leader);
+
+  // SIGTERM `phaseMs` into a second: the leader has run this tick, the next is a second away.
+  await sleep((phaseMs - (Date.now() % 1000) + 1000) % 1000, undefined, { signal });
+  onStop(leader);
+  const stopTick = tickOf();
+  const stopPhaseMs = Date.now() % 1000;
+  const t0 = performance.now();
+  const stopping = stopInstances([leader]); // SIGTERM now (SIGKILL if it has not exited in 10 s)
+  /** @type {number | string | null} */
+  let exit = null;
+  let exitMs = NaN;
+  void leader.exited.then((how) => {
+    exit = how;
+    exitMs = performance.now() - t0;
+  });
+
+  /** @type {{ name: string, pid: number } | undefined} */
+  let successor;
+  let takeoverMs;
+  let lastOldMs = 0;
+  /** @type {number[]} */
+  const answerTimes = [];
+  // One GET /locks per survivor every `everyMs` (at most `inFlight` unanswered): the takeover
+  // came after the sending of any poll that still named the old leader, and before the answer of
+  // any that named another. An answer takes a few round trips, so several overlap.
+  const poll = async (/** @type {Instance} */ survivor) => {
+    const pending = new Set();
+    const ask = async () => {
+      const sent = performance.now() - t0;
+      let seen;
+      try {
+        const { status, body } = await http('GET', `${survivor.url}/locks`, undefined, 5000);
+        if (status === 200) seen = leaderIn(body);
+      } catch {
+        // a slow or failed answer: the next poll asks again
+      }
+      const answered = performance.now() - t0;
+      answerTimes.push(answered - sent);
+      if (seen?.name === leader.name) lastOldMs = Math.max(lastOldMs, sent);
+      else if (seen && (takeoverMs === undefined || answered < takeoverMs)) {
+        successor = { name: seen.name, pid: seen.pid };
+        takeoverMs = answered;
+      }
+    };
+    while (!successor && performance.now() - t0 < timeoutMs) {
+      signal?.throwIfAborted();
+      if (pending.size < inFlight) {
+        const asking = ask().finally(() => pending.delete(asking));
+        pending.add(asking);
+      }
+      await sleep(everyMs);
+    }
+    await Promise.all(pending); // their answers can still narrow the interval
+  };
+  await Promise.all(survivors.map(poll));
+  await stopping;
+
+  // `ticksAfter` whole ticks after the stop, then the job's runs per tick (shared database).
+  while (tickOf() - 1 < stopTick + ticksAfter) await sleep(100, undefined, { signal });
+  const lastTick = tickOf() - 1;
+  const ran = /** @type {TickRuns[]} */ ((await getJson(`${survivors[0].url}/jobs/cron-runs?job=${encodeURIComponent(job)}&since=${sinceTick}`)).ticks);
+  /** @type {TickRuns[]} */
+  const ticks = [];
+  for (let tick = sinceTick; tick <= lastTick; tick++) ticks.push(ran.find((t) => t.tick === tick) ?? { tick, runs: 0, instances: [] });
+  const alone = (/** @type {TickRuns} */ t, /** @type {string} */ name) => t.runs === 1 && t.instances[0] === name;
+  return {
+    election,
+    job,
+    leader: { name: leader.name, pid: found.pid },
+    seenBy: from.name,
+    participants: found.participants,
+    stopTick,
+    stopPhaseMs,
+    exit,
+    exitMs,
+    successor,
+    timeoutMs,
+    takeoverMs,
+    lastOldMs,
+    survivors: survivors.length,
+    everyMs,
+    polls: answerTimes.length,
+    answerMs: percentile(answerTimes.sort((a, b) => a - b), 50),
+    ticks,
+    leaderTicks: ticks.filter((t) => t.tick <= stopTick && alone(t, leader.name)).length,
+    missed: ticks.filter((t) => t.runs === 0).map((t) => t.tick),
+    doubled: ticks.filter((t) => t.runs > 1),
+    firstSuccessorTick: successor ? ticks.find((t) => t.tick > stopTick && t.instances.includes(/** @type {{ name: string }} */ (successor).name))?.tick : undefined,
+  };
 }
 
 /**
@@ -497,4 +712,86 @@ export function verdict(runs) {
     );
   }
   return `Verdict: ${parts.join('; ')}.`;
+}
+
+/**
+ * Runs of consecutive ticks by the same instance(s), e.g. "9 by instance-2, then 4 by instance-1".
+ * @param {TickRuns[]} ticks
+ * @returns {string}
+ */
+function tickStretches(ticks) {
+  /** @type {{ label: string, n: number }[]} */
+  const stretches = [];
+  for (const t of ticks) {
+    const label = t.runs === 0 ? 'by nobody' : `by ${t.instances.join(' + ')}`;
+    const lastStretch = stretches[stretches.length - 1];
+    if (lastStretch?.label === label) lastStretch.n++;
+    else stretches.push({ label, n: 1 });
+  }
+  return stretches.map(({ label, n }, i) => `${i === 0 ? '' : i === stretches.length - 1 ? 'then ' : ''}${n} ${label}`).join(', ');
+}
+
+/**
+ * What leaderTakeover() saw, in three lines: the leader, the takeover, the job's ticks.
+ * @param {TakeoverResult} t
+ * @returns {string}
+ */
+export function describeTakeover(t) {
+  const before = t.ticks.filter((tick) => tick.tick <= t.stopTick);
+  const elsewhere = before.filter((tick) => tick.instances.some((name) => name !== t.leader.name));
+  const agree =
+    elsewhere.length > 0
+      ? `but per the cron runs ${elsewhere.length} of the ${before.length} ${t.job} ticks so far ran elsewhere (${tickStretches(before)})`
+      : t.leaderTicks === before.length
+        ? `and per the cron runs (it ran all ${before.length} ${t.job} ticks so far)`
+        : `and per the cron runs (${t.leaderTicks} of the ${before.length} ${t.job} ticks so far ran on it once, none elsewhere)`;
+  // Nest re-raises the signal once its shutdown hooks are done: a SIGTERM exit is the graceful one.
+  const exited =
+    t.exit === 'SIGTERM' || t.exit === 0
+      ? `it exited ${Math.round(t.exitMs)} ms later`
+      : t.exit === 'SIGKILL'
+        ? `it had NOT EXITED after ${Math.round(t.exitMs / 1000)} s and was killed`
+        : `it exited (${t.exit}) ${Math.round(t.exitMs)} ms later`;
+  const stop = `Stopped it (SIGTERM ${t.stopPhaseMs} ms after a tick: Nest's shutdown hooks leave the election before the session closes; ${exited})`;
+  // An upper bound: the first answer naming the successor; GET /locks takes a few round trips.
+  const asked = `GET /locks asked of the ${t.survivors === 1 ? 'survivor' : 'survivors'} every ${t.everyMs} ms, ~${Math.round(t.answerMs)} ms per answer`;
+  const stillOld = t.lastOldMs >= 1 ? `; one sent at ${Math.round(t.lastOldMs)} ms still named ${t.leader.name}` : '';
+  const took = t.successor
+    ? `${t.successor.name} (pid ${t.successor.pid}) took over within ${Math.round(/** @type {number} */ (t.takeoverMs))} ms of the SIGTERM (${asked}${stillOld})`
+    : `NO OTHER INSTANCE LED within ${t.timeoutMs / 1000} s (${asked})`;
+  const fine = t.missed.length === 0 && t.doubled.length === 0;
+  const relative = (/** @type {number} */ tick) => `stop${tick - t.stopTick < 0 ? '' : '+'}${tick - t.stopTick}`;
+  const problems = [
+    t.missed.length === 0 ? 'none missed' : `${t.missed.length} missed (${t.missed.map((tick) => `tick ${relative(tick)}`).join(', ')})`,
+    t.doubled.length === 0
+      ? 'none doubled'
+      : `${t.doubled.length} DOUBLED (${t.doubled.map((tick) => `tick ${relative(tick.tick)}: ${tick.instances.join(' + ')}`).join(', ')})`,
+  ].join(', ');
+  const Job = `${t.job[0].toUpperCase()}${t.job.slice(1)}`;
+  return [
+    `Leader of ${t.election}: ${t.leader.name} (pid ${t.leader.pid}), per GET /locks on ${t.seenBy} (${t.participants} participants) ${agree}.`,
+    `${stop}: ${took}.`,
+    `${fine ? `${Job} ran once per tick throughout` : Job}: ${t.ticks.length} ticks, ${tickStretches(t.ticks)}; ${problems}.`,
+  ].join('\n');
+}
+
+/**
+ * The leader part of the runs: the takeover of the run with locks, and why LOCKS=off has none.
+ * @param {ScenarioResult[]} runs
+ * @returns {string}
+ */
+export function leaderReport(runs) {
+  const lines = [];
+  for (const run of runs) {
+    if (run.takeover) lines.push(describeTakeover(run.takeover));
+    else if (run.takeoverError) lines.push(`Leader of jobs:housekeeping: NOT MEASURED: ${run.takeoverError}`);
+    else if (run.locks && run.instances.length < 2) lines.push('One instance: no one to take over from the leader of jobs:housekeeping.');
+    else if (!run.locks) {
+      lines.push(
+        'LOCKS=off: no leader to stop: that run registers neither the election nor the housekeeping job ' +
+          `(a per-second job without a lock or a leader runs on every instance each tick: up to ${run.cron.maxRunsPerTick}× for the snapshot job above).`,
+      );
+    }
+  }
+  return lines.join('\n');
 }

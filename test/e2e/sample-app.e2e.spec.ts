@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Mutex } from '../../lib/core/mutex.js';
 import { resolveLockPath } from '../../lib/core/lock-path.js';
-import { build, getJson, http, ROOT, runScenario, startInstances, stopInstances, type Instance } from '../../sample-app/scenario.mjs';
+import { build, describeTakeover, getJson, http, leaderReport, ROOT, runScenario, startInstances, stopInstances, type Instance } from '../../sample-app/scenario.mjs';
 import { closeAll, engine, eventually, zkConnectString } from '../support/helpers.js';
 
 const basePath = `/sample-app-e2e-${process.pid}-${Date.now().toString(36)}/locks`;
@@ -30,8 +30,8 @@ afterAll(async () => {
 const scenario = { instances: 3, buyers: 60, seats: 20, concurrency: 20, minTicks: 3, basePath, env };
 
 describe('sample-app: the ticket sale on 3 instances', () => {
-  it('with @WithLock sells exactly the seats, and the cron job runs once per tick', async () => {
-    const run = await runScenario({ ...scenario, zkConnect: zkConnectString(), workDir, locks: true, lockWaitMs: 30_000 });
+  it('with @WithLock sells exactly the seats, the cron job runs once per tick, and the housekeeping leader hands over when stopped', async () => {
+    const run = await runScenario({ ...scenario, zkConnect: zkConnectString(), workDir, locks: true, lockWaitMs: 30_000, takeover: true });
     expect(run.otherSamples).toEqual([]);
     expect(run).toMatchObject({ seats: 20, sold: 20, oversold: 0, ok: 20, conflict: 0, soldOut: 40, other: 0 });
     expect(run.cron.ticksObserved).toBeGreaterThanOrEqual(2);
@@ -42,6 +42,32 @@ describe('sample-app: the ticket sale on 3 instances', () => {
     expect(lock?.holders).toHaveLength(1);
     expect(lock?.holders[0]?.holder).toMatchObject({ app: 'ticket-sale', instance: expect.stringMatching(/^instance-[123]$/) });
     expect(lock?.waiting.length).toBeGreaterThan(0);
+
+    // What the demo prints after the table: the leader of jobs:housekeeping, stopped with SIGTERM,
+    // and its successor as GET /locks on the survivors saw it.
+    const takeover = run.takeover!;
+    expect(takeover).toMatchObject({ election: 'jobs:housekeeping', job: 'housekeeping', seenBy: 'instance-1', participants: 3 });
+    expect(run.instances).toContainEqual(expect.objectContaining(takeover.leader));
+    // GET /locks and the cron runs agree: no tick before the stop ran elsewhere (a busy machine may miss one).
+    const before = takeover.ticks.filter((t) => t.tick <= takeover.stopTick && t.runs > 0);
+    expect(before.length).toBeGreaterThanOrEqual(2);
+    expect(before.every((t) => t.instances.every((name) => name === takeover.leader.name))).toBe(true);
+    expect(takeover.exit).toBe('SIGTERM'); // Nest re-raises it after its shutdown hooks (not killed after the grace)
+    expect(takeover.successor).toBeDefined();
+    expect(run.instances).toContainEqual(expect.objectContaining(takeover.successor));
+    expect(takeover.successor?.name).not.toBe(takeover.leader.name);
+    // The leader stepped down: far below the 15 s session timeout its node would otherwise live on.
+    expect(takeover.takeoverMs).toBeLessThan(3000);
+    expect(takeover.lastOldMs).toBeLessThan(takeover.takeoverMs!);
+    expect(takeover.doubled).toEqual([]);
+    expect(takeover.firstSuccessorTick! - takeover.stopTick).toBeLessThanOrEqual(2);
+    const lines = describeTakeover(takeover).split('\n');
+    expect(lines).toHaveLength(3);
+    expect(lines[0]).toMatch(/^Leader of jobs:housekeeping: instance-[123] \(pid \d+\), per GET \/locks on instance-1 \(3 participants\) and per the cron runs \((it ran all \d+|\d+ of the \d+) housekeeping ticks so far/);
+    expect(lines[1]).toMatch(/^Stopped it \(SIGTERM \d+ ms after a tick: .*; it exited \d+ ms later\): instance-[123] \(pid \d+\) took over within \d+ ms of the SIGTERM \(GET \/locks asked of the survivors every \d+ ms, ~\d+ ms per answer/);
+    expect(lines[1]).toContain(`${takeover.successor!.name} (pid ${takeover.successor!.pid}) took over within ${Math.round(takeover.takeoverMs!)} ms`);
+    expect(lines[2]).toMatch(takeover.missed.length === 0 ? /^Housekeeping ran once per tick throughout: \d+ ticks, .*; none missed, none doubled\.$/ : /^Housekeeping: .*, none doubled\.$/);
+    expect(leaderReport([run])).toBe(describeTakeover(takeover));
   }, 90_000);
 
   it('with LOCKS=off (control) oversells, and every instance runs the cron job each tick', async () => {
@@ -52,6 +78,9 @@ describe('sample-app: the ticket sale on 3 instances', () => {
     expect(run.sold).toBe(20 + run.oversold);
     expect(run.ok).toBe(run.sold);
     expect(run.cron.maxRunsPerTick).toBeGreaterThan(1);
+    // No election and no housekeeping job in this run: the demo says so instead of a takeover.
+    expect(run.takeover).toBeUndefined();
+    expect(leaderReport([run])).toMatch(/^LOCKS=off: no leader to stop: /);
   }, 90_000);
 });
 
