@@ -113,6 +113,30 @@ export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
 export type { WatchEventType, WatchListener } from './session-bookkeeping.js';
 
 const NATIVE_CONNECTED_STATE = 3;
+/** See NativeZkSession.inFlight: enough to keep the server busy, little enough to answer within a tick. */
+const MAX_IN_FLIGHT = 1000;
+
+/** A queue with O(1) push and shift. */
+class Fifo<T> {
+  private items: (T | undefined)[] = [];
+  private head = 0;
+  get size(): number {
+    return this.items.length - this.head;
+  }
+  push(item: T): void {
+    this.items.push(item);
+  }
+  shift(): T | undefined {
+    if (this.head >= this.items.length) return undefined;
+    const item = this.items[this.head];
+    this.items[this.head++] = undefined;
+    if (this.head > 1024 && this.head * 2 > this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
+}
 
 export interface SessionEvents {
   onConnected(): void;
@@ -230,6 +254,7 @@ export class NativeZkSession implements ZkSession {
     }
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
+      this.dispatchBacklog();
       events.onClosed(typeof code === 'number' ? code : 0);
     });
     // Never from inside a native callback: the binding would poll a new socket whose fd number
@@ -268,6 +293,7 @@ export class NativeZkSession implements ZkSession {
     this.native.close();
     this.native.removeAllListeners();
     this.watches.clear();
+    this.dispatchBacklog();
   }
 
   create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string> {
@@ -376,25 +402,48 @@ export class NativeZkSession implements ZkSession {
     for (const listener of this.watches.take(type, path)) listener({ type, path });
   }
 
+  /**
+   * Requests handed to the C client and not answered yet, at most MAX_IN_FLIGHT; later ones wait
+   * here, in order (a session's requests are answered in the order sent). Without the bound a burst
+   * (10 000 locks at once) queues so much that the newest answered request was sent longer than a
+   * session timeout ago while the server keeps hearing from us: the deadline would call a live
+   * session lost. Waiting here, a request is not "sent", so it does not age the clock.
+   */
+  private inFlight = 0;
+  private readonly backlog = new Fifo<() => void>();
+
   private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      if (this.closed) {
-        reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
-        return;
-      }
-      // Sent no sooner than now (the C client may queue it): a safe lower bound.
-      const answered = this.requests.sent();
-      const rc = send((code, value) => {
-        answered(code);
-        if (code === ZkCode.OK) resolve(value);
-        else reject(new ZkError(code, operation, path));
-      });
-      // A non-zero return means the request was never queued, and its callback will never run.
-      if (rc !== ZkCode.OK) {
-        answered(rc);
-        reject(new ZkError(rc, operation, path));
-      }
+      const dispatch = () => {
+        if (this.closed) {
+          reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
+          return;
+        }
+        this.inFlight++;
+        // Sent no sooner than now (the C client may queue it): a safe lower bound.
+        const answered = this.requests.sent();
+        let settled = false;
+        const done = (code: number, value: T) => {
+          if (settled) return;
+          settled = true;
+          this.inFlight--;
+          answered(code);
+          if (code === ZkCode.OK) resolve(value);
+          else reject(new ZkError(code, operation, path));
+          this.dispatchBacklog();
+        };
+        const rc = send(done);
+        // A non-zero return means the request was never queued, and its callback will never run.
+        if (rc !== ZkCode.OK) done(rc, undefined as T);
+      };
+      if (this.inFlight >= MAX_IN_FLIGHT || this.backlog.size > 0) this.backlog.push(dispatch);
+      else dispatch();
     });
+  }
+
+  /** Sends waiting requests while there is room (and rejects them all once the handle is closed). */
+  private dispatchBacklog(): void {
+    while (this.backlog.size > 0 && (this.closed || this.inFlight < MAX_IN_FLIGHT)) this.backlog.shift()!();
   }
 
   /** How long the oldest request still waiting for its answer has waited (0 if none): a link that stopped answering. */

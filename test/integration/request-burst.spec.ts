@@ -1,0 +1,26 @@
+import { closeAll, connect, uniquePath } from '../support/helpers.js';
+import { CreateMode } from '../../lib/core/zk-session.js';
+
+afterAll(closeAll);
+
+describe('a burst of requests on one session', () => {
+  it('does not make the deadline call a live session lost while the server works through it', async () => {
+    // The server hears from us all along; only the answers take longer than the session timeout.
+    const connection = await connect({ sessionTimeoutMs: 1000 });
+    const lost: string[] = [];
+    connection.on('lost', (reason) => lost.push(reason));
+    const session = connection.session!;
+    const path = uniquePath('burst');
+    await session.create(path.slice(0, path.lastIndexOf('/')), Buffer.alloc(0), CreateMode.PERSISTENT).catch(() => undefined);
+    await session.create(path, Buffer.alloc(0), CreateMode.EPHEMERAL);
+    const count = 60_000;
+    const started = performance.now();
+    const answers = await Promise.allSettled(Array.from({ length: count }, () => session.exists(path)));
+    const tookMs = performance.now() - started;
+    expect(answers.filter((a) => a.status === 'rejected')).toHaveLength(0);
+    expect(lost).toEqual([]);
+    expect(connection.session).toBe(session);
+    // The case this guards: answering all of them took longer than the session's timeout.
+    expect(tookMs).toBeGreaterThan(session.timeoutMs);
+  }, 120_000);
+});
