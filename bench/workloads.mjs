@@ -314,6 +314,7 @@ export async function runProfiles(ctx) {
     for (const [name, peer, workers] of /** @type {[string, string, number][]} */ ([
       ['raw', 'raw', 1],
       ['W1-ours', 'ours', 1],
+      ['W1-fifo', 'ours-fifo', 1],
       ['W2-ours', 'ours', 8],
       ['W2-herd', 'herd', 8],
     ])) {

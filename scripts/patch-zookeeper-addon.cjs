@@ -32,6 +32,12 @@
 // with \`auth\` configured any client could write to our lock nodes (a forged revoke request, or
 // someone else's holder data); creating each node with its parent's ACL leaves no moment when it is open.
 //
+// Host names are resolved again at most once a minute while connected (and at every reconnect, as
+// before): the C client starts with a resolution delay of 0, which re-resolves the connect string
+// (getaddrinfo with AI_ADDRCONFIG: a netlink dump of the interfaces, plus /dev/urandom for the
+// shuffle) in every zookeeper_interest(), that is for every request and every reply. It was half of
+// the client's CPU per lock cycle.
+//
 // And the C client is configured with --with-sock-cloexec: its sockets are close-on-exec, so a
 // child process spawned by the app no longer inherits them (while such a child lived, the client
 // could not reconnect, and the addon could declare a live session expired).
@@ -44,7 +50,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 6;
+const FIX_VERSION = 7;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {
@@ -145,13 +151,28 @@ const ADDON_HUNKS = [
     after: `        Nan::SetPrototypeMethod(constructor_template,  "a_create",  ACreate);\n        Nan::SetPrototypeMethod(constructor_template,  "a_create_acl",  ACreateAcl);\n`,
   },
   {
+    before: `        zhandle = zookeeper_init(hostPort, main_watcher, session_timeout, &myid, this, 0);
+        if (!zhandle) {
+            LOG_ERROR("zookeeper_init returned 0!");
+            return false;
+        }`,
+    after: `        zhandle = zookeeper_init(hostPort, main_watcher, session_timeout, &myid, this, 0);
+        if (!zhandle) {
+            LOG_ERROR("zookeeper_init returned 0!");
+            return false;
+        }
+        // ${MARKER}: resolve the hosts again at most once a minute while connected (always on a
+        // reconnect); the default (0) resolves them for every request and every reply.
+        zoo_set_servers_resolution_delay(zhandle, NESTJS_ZK_LOCK_RESOLVE_DELAY_MS);`,
+  },
+  {
     before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,
     after: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n        NODE_DEFINE_CONSTANT(constructor, ${MARKER});\n`,
   },
 ];
-const DEFINE = `#define ${MARKER} ${FIX_VERSION}\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n`;
+const DEFINE = `#define ${MARKER} ${FIX_VERSION}\n#define NESTJS_ZK_LOCK_RETRY_MS 10\n#define NESTJS_ZK_LOCK_RESOLVE_DELAY_MS 60000\n`;
 /** The prefix an older version of the fix wrote. */
-const OLD_PREFIX = new RegExp(`^#define ${MARKER} \\d+\\n#define NESTJS_ZK_LOCK_RETRY_MS 10\\n`);
+const OLD_PREFIX = new RegExp(`^#define ${MARKER} \\d+\\n#define NESTJS_ZK_LOCK_RETRY_MS 10\\n(#define NESTJS_ZK_LOCK_RESOLVE_DELAY_MS \\d+\\n)?`);
 // The C client's own build: sockets with close-on-exec, so that a child process does not inherit them.
 const BUILD_HUNKS = [
   {
