@@ -1,7 +1,7 @@
 import { InvalidOptionError } from './errors.js';
 import { isRevokeRequest, parseHolderData, type HolderInfo } from './holder-data.js';
 import { joinPath, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
-import { ZkCode, ZkError } from './zk-error.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection } from './zk-connection.js';
 import type { ZkSession, ZkStat } from './zk-session.js';
 
@@ -209,6 +209,12 @@ async function readNodes(session: ZkSession, parent: string, names: readonly str
           const { data, stat } = await session.getData(path);
           return { node, path, data, stat };
         } catch (error) {
+          if (isZkCode(error, ZkCode.NOAUTH)) {
+            // Ours to list, not to read (its ACL): it still takes its place in the queue, with no
+            // holder data. Skipping it would make the node behind it look like the holder.
+            const stat = await session.exists(path);
+            return stat ? { node, path, data: Buffer.alloc(0), stat } : undefined;
+          }
           if (isGone(error)) return undefined;
           throw error;
         }

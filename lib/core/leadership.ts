@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
 import { InvalidOptionError, LockLostError, type LockLostReason } from './errors.js';
 import { NodeLease, type Lease } from './lease.js';
+import { REVOKE_MARKER } from './holder-data.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath, sortChildren } from './lock-path.js';
 import { acquireInQueue, type QueueSpec } from './lock-queue.js';
@@ -26,6 +27,7 @@ export interface LeadershipOptions {
 export function validateParticipantId(value: unknown, option = 'participantId'): string {
   if (typeof value !== 'string') throw new InvalidOptionError(option, `expected a non-empty string, got ${value === null ? 'null' : typeof value}`);
   if (value.trim() === '') throw new InvalidOptionError(option, `expected a non-empty string, got ${JSON.stringify(value)} (participants could not be told apart)`);
+  if (value === REVOKE_MARKER) throw new InvalidOptionError(option, `${JSON.stringify(value)} is the revoke request marker (Curator's): the node would ask itself to let go`);
   return value;
 }
 
@@ -85,6 +87,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   private stopWatchingEngine: (() => void) | undefined;
   private campaigning: Promise<void> | undefined;
   private readonly revocable: boolean;
+  private readonly idBytes: Buffer;
 
   constructor(
     private readonly engine: LockEngine,
@@ -98,6 +101,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     this.revocable = revocable ?? false;
     this.participantId = participantId === undefined ? defaultParticipantId(engine) : validateParticipantId(participantId);
     const data = Buffer.from(this.participantId, 'utf8');
+    this.idBytes = data;
     this.spec = {
       lockName: name,
       kind: 'leadership',
@@ -222,7 +226,11 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       let lease: NodeLease;
       try {
         const entry = await acquireInQueue(this.engine, this.spec, { onCancellable: (cancel) => (this.cancelQueueing = cancel) });
-        const revocable = this.revocable ? (revoked: Lease) => void this.endTerm('revoked', revoked as NodeLease) : undefined;
+        // Not revocable: a request is ignored, but it replaced our participant id (the node's data,
+        // which Curator and participants() read): write the id back.
+        const revocable = this.revocable
+          ? (revoked: Lease) => void this.endTerm('revoked', revoked as NodeLease)
+          : (asked: Lease) => void (asked as NodeLease).session.setData(asked.path, this.idBytes).catch(() => undefined);
         lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path, revocable });
         failures = 0;
       } catch (error) {

@@ -195,15 +195,25 @@ export class NodeLease extends HeldLease implements SessionBound {
   protected armSignal(): Promise<boolean> {
     const { session, path } = this.entry;
     const onData = this.options.revocable ? (data: Buffer) => this.onNodeData(data) : undefined;
-    this.nodeWatch = new NodeWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s), onData);
+    const unreadable = (error: unknown) =>
+      this.engine.warn(
+        `Cannot read lock node ${path} of ${JSON.stringify(this.name)} (${String(error)}): requests to let go (revoke) are not heard; ` +
+          'its deletion still is',
+      );
+    this.nodeWatch = new NodeWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s), onData && { onData, unreadable });
     return this.nodeWatch.ready;
   }
 
   private revokeHeard = false;
+  /** Whether the node's data was the marker at the last read: a listener hears each new request once. */
+  private markerSeen = false;
 
-  /** A revocable holder's node data: Curator's revoke marker asks it to let go (told once). */
+  /** A revocable holder's node data: Curator's revoke marker asks it to let go. */
   private onNodeData(data: Buffer): void {
-    if (this.revokeHeard || !isRevokeRequest(data) || !this.isHeld) return;
+    const marker = isRevokeRequest(data);
+    const isNew = marker && !this.markerSeen;
+    this.markerSeen = marker;
+    if (!isNew || !this.isHeld) return;
     this.revokeHeard = true;
     if (!this.options.silent) publish('revokeRequested', () => this.describe());
     const revocable = this.options.revocable;
@@ -213,6 +223,15 @@ export class NodeLease extends HeldLease implements SessionBound {
     } catch (error) {
       this.engine.warn(`The revocation listener of lock ${JSON.stringify(this.name)} threw: ${String(error)}`);
     }
+  }
+
+  /**
+   * Released after a request to let go (perhaps by the revocation listener, while work under this
+   * lease still runs): that work's signal aborts before anyone else can hold the lock.
+   */
+  override release(): Promise<void> {
+    if (this.revokeHeard) this.interrupt('revoked');
+    return super.release();
   }
 
   onSessionGone(reason: LockLostReason): void {

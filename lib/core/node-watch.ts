@@ -1,4 +1,4 @@
-import { isZkCode, ZkCode } from './zk-error.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { WatchEventType, ZkSession } from './zk-session.js';
 
 /**
@@ -24,7 +24,8 @@ export class NodeWatch {
     private readonly onDeleted: () => void,
     /** Resolves true when `session` is connected again, false when it is gone for good. */
     private readonly whenUsable: (session: ZkSession) => Promise<boolean>,
-    private readonly onData?: (data: Buffer) => void,
+    /** Read the data at each arming; `unreadable`: refused (an ACL without READ): deletion only, from then on. */
+    private data?: { onData: (data: Buffer) => void; unreadable: (error: unknown) => void },
   ) {
     this.ready = this.arm();
   }
@@ -43,9 +44,9 @@ export class NodeWatch {
   };
 
   private arm(): Promise<boolean> {
-    const onData = this.onData;
-    const read: Promise<boolean> = onData
-      ? this.session.getData(this.path, this.listener).then(({ data }) => (this.stopped || this.gone ? undefined : onData(data), true))
+    const data = this.data;
+    const read: Promise<boolean> = data
+      ? this.session.getData(this.path, this.listener).then(({ data: bytes }) => (this.stopped || this.gone ? undefined : data.onData(bytes), true))
       : this.session.exists(this.path, this.listener).then((stat) => stat !== null);
     return read.then(
       (exists) => {
@@ -62,8 +63,18 @@ export class NodeWatch {
           if (!this.stopped) this.deleted();
           return false;
         }
-        // Connection trouble (or the session is gone: its loss is reported elsewhere).
-        if (!this.stopped) void this.whenUsable(this.session).then((usable) => usable && !this.stopped && this.arm());
+        if (this.stopped) return false;
+        if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
+          // Connection trouble (or the session is gone: its loss is reported elsewhere).
+          void this.whenUsable(this.session).then((usable) => usable && !this.stopped && this.arm());
+          return false;
+        }
+        if (data) {
+          // Refused by the server (e.g. NOAUTH): retrying would only spin. Watch for deletion alone.
+          this.data = undefined;
+          data.unreadable(error);
+          return this.arm();
+        }
         return false;
       },
     );

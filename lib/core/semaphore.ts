@@ -44,6 +44,9 @@ export class Semaphore extends LockRecipe {
     super(engine, name, path, false);
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('permits', 'expected { permits: number }');
     if (options.permits === undefined) throw new InvalidOptionError('permits', 'is required');
+    if ('revocable' in options && (options as { revocable?: unknown }).revocable !== undefined) {
+      throw new InvalidOptionError('revocable', 'semaphore leases are not revocable (nor are Curator\'s)');
+    }
     this.permits = positiveInteger(options.permits, 'permits', 1);
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
     this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false, internal: true });

@@ -309,7 +309,10 @@ class LockedCall {
   /** Releases now, or at `holdUntil` (sooner if the application shuts down). */
   private release(lease: Lease): void {
     // Asked to let go: whoever asked is waiting for it now, not after the minimum hold.
-    if (this.options.revocable && lease.signal.aborted) return void lease.release();
+    if (this.options.revocable) {
+      if (lease.signal.aborted) return void lease.release();
+      lease.signal.addEventListener('abort', () => void lease.release(), { once: true });
+    }
     this.service.releaseAt(lease, this.holdUntil);
   }
 
