@@ -3,6 +3,7 @@ import { LockLostError, type LockLostReason } from './errors.js';
 import { publish } from './diagnostics.js';
 import type { LockEngine, SessionBound } from './lock-engine.js';
 import type { QueueEntry } from './lock-queue.js';
+import { parentOf } from './lock-path.js';
 import { isRevokeRequest } from './holder-data.js';
 import type { Revocable } from './revocation.js';
 
@@ -255,7 +256,8 @@ export class NodeLease extends HeldLease implements SessionBound {
    * since the holder's work is done and nothing it could do would help.
    */
   protected free(): Promise<void> {
-    const work = this.engine.ops.deleteGuaranteed(this.entry.session, this.entry.path).catch((error: unknown) => {
+    const { session, path } = this.entry;
+    const work = this.engine.ops.deleteGuaranteed(session, path).then(() => this.engine.ops.paths.released(parentOf(path)), (error: unknown) => {
       this.engine.warn(
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
           `the lock stays taken until this session ends`,

@@ -2,6 +2,9 @@ import { ancestorsOf, joinPath } from './lock-path.js';
 import type { ZkConnection } from './zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import { CreateMode, type ZkAcl, type ZkSession } from './zk-session.js';
+import { LockPaths } from './lock-paths.js';
+
+const EMPTY = Buffer.alloc(0);
 
 /** A queue's children as one listing saw them, with the parent's czxid (for fencing tokens). */
 export interface Listing {
@@ -32,9 +35,12 @@ export class ZkOperations {
     acl?: readonly ZkAcl[],
   ) {
     this.acl = acl?.length ? acl : undefined;
+    this.paths = new LockPaths(connection);
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;
+  /** The lock paths we used: which exist (a hint), and which to delete once idle. */
+  readonly paths: LockPaths;
 
   /**
    * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
@@ -91,18 +97,29 @@ export class ZkOperations {
           // The previous create's reply was lost: it may have happened.
           const { children, stat } = await session.getChildren(parentPath);
           const ours = children.find((c) => c.startsWith(prefix));
-          if (ours) return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
+          if (ours) {
+            // A create that restricts after the fact (unpatched addon) may have lost that step.
+            if (this.acl) await session.setAcl(joinPath(parentPath, ours), this.acl);
+            return { path: joinPath(parentPath, ours), listing: { children, parentCzxid: stat.czxid } };
+          }
+        }
+        if (!madeParents && !this.paths.has(parentPath)) {
+          // A path we do not know may not exist (a new key, or reaped): make it in the same round
+          // trip. Its outcome does not matter: the node's create says whether the path is there.
+          session.create(parentPath, EMPTY, CreateMode.CONTAINER, this.acl).catch(() => undefined);
         }
         const create = session.create(target, node.data, mode, this.acl);
         const list = session.getChildren(parentPath);
         list.catch(() => undefined);
         const path = await create;
+        this.paths.exists(parentPath);
         const listed = await list.then(
           ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
           () => undefined,
         );
         return { path, listing: listed };
       } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE)) this.paths.gone(parentPath);
         if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
           // The parent is missing (never made, or reaped as an empty container): make it, once per
           // failure; a reap between here and the create just loops again.
