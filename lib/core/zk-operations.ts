@@ -74,6 +74,7 @@ export class ZkOperations {
     for (const result of results) {
       if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
     }
+    if (results.at(-1)!.status === 'fulfilled') this.paths.made(path);
   }
 
   /**
@@ -106,7 +107,7 @@ export class ZkOperations {
         if (!madeParents && !this.paths.has(parentPath)) {
           // A path we do not know may not exist (a new key, or reaped): make it in the same round
           // trip. Its outcome does not matter: the node's create says whether the path is there.
-          session.create(parentPath, EMPTY, CreateMode.CONTAINER, this.acl).catch(() => undefined);
+          session.create(parentPath, EMPTY, CreateMode.CONTAINER, this.acl).then(() => this.paths.made(parentPath), () => undefined);
         }
         const create = session.create(target, node.data, mode, this.acl);
         const list = session.getChildren(parentPath);

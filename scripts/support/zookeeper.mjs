@@ -24,6 +24,8 @@ export const ZK_SCRIPT = join(REPO_ROOT, 'scripts', 'zookeeper.sh');
  * @typedef {object} ScriptOptions
  * @property {boolean} [echoStderr] pass the script's messages (progress, errors) on to our stderr
  * @property {boolean} [echoStdout] pass its stdout on too (e.g. `install`'s progress)
+ * @property {string} [jvmFlags] extra JVM flags for the servers it starts (SERVER_JVMFLAGS), e.g.
+ *   `-Dznode.container.checkIntervalMs=600000` (a later -D overrides the script's own)
  */
 
 /**
@@ -33,12 +35,14 @@ export const ZK_SCRIPT = join(REPO_ROOT, 'scripts', 'zookeeper.sh');
  * @param {ScriptOptions} [options]
  * @returns {Promise<string>}
  */
-export function zkScript(args, { echoStderr = false, echoStdout = false } = {}) {
+export function zkScript(args, { echoStderr = false, echoStdout = false, jvmFlags } = {}) {
+  // An explicit env: Jest gives a test its own copy of process.env, which children do not see.
+  const env = jvmFlags === undefined ? process.env : { ...process.env, SERVER_JVMFLAGS: jvmFlags };
   return new Promise((resolve, reject) => {
     const child = execFile(
       'bash',
       [ZK_SCRIPT, ...args],
-      { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024, timeout: 300_000 },
+      { cwd: REPO_ROOT, maxBuffer: 64 * 1024 * 1024, timeout: 300_000, env },
       (err, stdout, stderr) => {
         if (err) reject(new Error(`scripts/zookeeper.sh ${args.join(' ')} failed: ${err.message}\n${stderr}`));
         else resolve(stdout.trim().split('\n').pop() ?? '');
@@ -291,6 +295,7 @@ export class ZkEnsembleHandle extends ZkServerHandle {
  * @property {number} [ownerPid] the servers are stopped once this process exits (default: this
  *   one), even if stop() never runs
  * @property {boolean} [echoStderr] pass the script's messages on to our stderr (this and later runs)
+ * @property {string} [jvmFlags] extra JVM flags for the servers (see ScriptOptions)
  */
 
 /**
@@ -310,7 +315,7 @@ function startArgs(cmd, opts) {
  */
 export async function startStandalone(opts = {}) {
   const [dir, args] = startArgs('start', opts);
-  const handle = new ZkServerHandle(dir, { echoStderr: opts.echoStderr });
+  const handle = new ZkServerHandle(dir, { echoStderr: opts.echoStderr, jvmFlags: opts.jvmFlags });
   await handle.script(opts.port ? [...args, '--port', String(opts.port)] : args);
   return handle;
 }
