@@ -9,7 +9,7 @@
 // update, so the final value must equal the number of acquisitions. The counter is a variable of
 // this process ("mem") or an 8-byte file in /dev/shm shared with other processes.
 // The leader-election commands (one participant per agent) are in agent-election.mjs.
-import { closeSync, openSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import { Session as InspectorSession } from 'node:inspector';
 import { createInterface } from 'node:readline';
 import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/promises';
@@ -83,19 +83,30 @@ async function closePool() {
 
 function openCounter(spec) {
   if (spec === 'mem') {
-    let value = 0;
-    return { read: () => value, write: (v) => (value = v), close: () => undefined };
+    const values = new Map();
+    return {
+      read: (slot = 0) => values.get(slot) ?? 0,
+      write: (v, slot = 0) => values.set(slot, v),
+      total: () => [...values.values()].reduce((a, b) => a + b, 0),
+      close: () => undefined,
+    };
   }
   const fd = openSync(spec, 'r+');
   const buf = Buffer.alloc(8);
   return {
-    read: () => {
-      readSync(fd, buf, 0, 8, 0);
+    read: (slot = 0) => {
+      readSync(fd, buf, 0, 8, slot * 8);
       return Number(buf.readBigInt64LE(0));
     },
-    write: (v) => {
+    write: (v, slot = 0) => {
       buf.writeBigInt64LE(BigInt(v), 0);
-      writeSync(fd, buf, 0, 8, 0);
+      writeSync(fd, buf, 0, 8, slot * 8);
+    },
+    total: () => {
+      const all = readFileSync(spec);
+      let sum = 0;
+      for (let i = 0; i + 8 <= all.length; i += 8) sum += Number(all.readBigInt64LE(i));
+      return sum;
     },
     close: () => closeSync(fd),
   };
@@ -111,10 +122,11 @@ function yieldTurns() {
   return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
 }
 
-async function bump(counter) {
-  const v = counter.read();
+/** Read, yield, write: without exclusion between two bumps of one slot, an update is lost. */
+async function bump(counter, slot = 0) {
+  const v = counter.read(slot);
   await yieldTurns();
-  counter.write(v + 1);
+  counter.write(v + 1, slot);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,6 +170,9 @@ function herdLock(session, path) {
   };
 }
 
+/** W5's keys: distinct lock paths, picked uniformly at random. */
+const KEYS = 10_000;
+
 /** The `ours-retain` peer's retainMs: longer than any pause between two cycles of one worker. */
 const RETAIN_MS = 1000;
 
@@ -181,6 +196,24 @@ async function makePeer(peer, path, on = { connection, engine }) {
         const mutex = new Mutex(lockEngine, path, path, options);
         return { acquire: () => mutex.acquire(), release: (lease) => lease.release() };
       };
+    }
+    case 'ours-keys': {
+      // W5: every acquisition picks one of KEYS locks at random (uniform), each its own lock path.
+      const mutexes = new Map();
+      const mutexOf = (key) => {
+        let mutex = mutexes.get(key);
+        if (!mutex) mutexes.set(key, (mutex = new Mutex(on.engine, `${path}/k${key}`, `${path}/k${key}`)));
+        return mutex;
+      };
+      // One counter slot per key (COUNTER_SLOTS ≥ KEYS): exclusion is checked per key.
+      return () => ({
+        acquire: async () => {
+          const key = Math.floor(Math.random() * KEYS);
+          return { key, lease: await mutexOf(key).acquire() };
+        },
+        release: (handle) => handle.lease.release(),
+        slot: (handle) => handle.key,
+      });
     }
     case 'herd':
       await ensurePath(session, path);
@@ -272,7 +305,7 @@ async function timedRun({ peer, workers, path, t0, t1, counter: counterSpec = 'm
             inWindow++;
             if (lat.length < maxSamples) lat.push(Math.round((e - s) * 1000) / 1000);
           }
-          if (counter) await bump(counter);
+          if (counter) await bump(counter, lock.slot?.(handle) ?? 0);
           await lock.release(handle);
         }
       } catch (error) {
@@ -283,7 +316,7 @@ async function timedRun({ peer, workers, path, t0, t1, counter: counterSpec = 'm
   const elapsedMs = performance.now() - started;
   const cpuMs = cpuMsSince(cpu);
   if (profiler) writeFileSync(profile, JSON.stringify(await profiler.stop()));
-  const value = counter && counterSpec === 'mem' ? counter.read() : -1;
+  const value = counter && counterSpec === 'mem' ? counter.total() : -1;
   counter?.close();
   await engine.drain();
   await authed?.engine.drain();

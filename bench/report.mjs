@@ -21,6 +21,7 @@ export const PEER_LABEL = {
   ours: 'nestjs-zk-lock Mutex',
   'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
   'ours-retain': 'nestjs-zk-lock Mutex, retainMs: 1000',
+  'ours-keys': 'nestjs-zk-lock Mutex per key (random key)',
   'ours-auth': 'nestjs-zk-lock Mutex, digest auth + SECURE_PARENT_ACL',
   herd: 'naive herd lock (same client)',
   curator: 'Curator InterProcessMutex',
@@ -60,6 +61,18 @@ function reportRatios(results) {
       a.check,
     ]);
   }
+  const pipelined = results.timed?.['W5/raw'];
+  for (const workload of ['W5', 'W5x4']) {
+    const a = results.timed?.[`${workload}/ours-keys`];
+    if (!a || !pipelined) continue;
+    rows.push([
+      `${workload === 'W5' ? 'W5 1 process' : 'W5 4 processes'} × 16 callers, 10 000 keys, acquisitions/s`,
+      `${fmt.ops(a.opsPerSec)} (${fmt.n(a.zkRequestsPerOp, 2)} req/op, ${fmt.n(a.clientCpuUsPerOp, 0)} µs client CPU/op)`,
+      `raw create+delete, 64 outstanding: ${fmt.ops(pipelined.opsPerSec)} (${fmt.n(pipelined.zkRequestsPerOp, 2)} req/op)`,
+      fmt.ratio(a.opsPerSec / pipelined.opsPerSec),
+      a.check,
+    ]);
+  }
   const authed = results.timed?.['W1/ours-auth'];
   if (plain && authed) {
     rows.push([
@@ -91,9 +104,15 @@ export function report(results) {
     const other = W[`${workload}/${peer}`]?.opsPerSec;
     return ours && other && peer !== 'ours' ? ours / other : undefined;
   };
-  const workloadLabel = { W1: 'W1 uncontended (1 worker)', W2: 'W2 1 process × 8 workers', W3: 'W3 4 processes × 4 workers' };
-  for (const workload of ['W1', 'W2', 'W3']) {
-    for (const peer of ['raw', 'exists', 'ours', 'ours-retain', 'ours-auth', 'ours-fifo', 'herd', 'curator', 'redis']) {
+  const workloadLabel = {
+    W1: 'W1 uncontended (1 worker)',
+    W2: 'W2 1 process × 8 workers',
+    W3: 'W3 4 processes × 4 workers',
+    W5: 'W5 10 000 keys, 1 process × 16 (raw: 64 outstanding)',
+    W5x4: 'W5 10 000 keys, 4 processes × 16',
+  };
+  for (const workload of ['W1', 'W2', 'W3', 'W5', 'W5x4']) {
+    for (const peer of ['raw', 'exists', 'ours', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis']) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
       rows.push([

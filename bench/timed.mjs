@@ -30,16 +30,23 @@ export function javaAgent(name, javaArgs) {
 // ---------------------------------------------------------------------------------------------
 // One timed round of a peer
 
-export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-retain', 'ours-auth', 'herd', 'raw', 'exists', 'curator']);
+export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-retain', 'ours-auth', 'ours-keys', 'herd', 'raw', 'exists', 'curator']);
+
+/** Slots of a shared counter file: one per W5 key (8 bytes each). */
+const COUNTER_SLOTS = 10_000;
 
 export function counterFile() {
   const file = `/dev/shm/nestjs-zk-lock-bench.${process.pid}.counter`;
-  writeFileSync(file, Buffer.alloc(8));
+  writeFileSync(file, Buffer.alloc(8 * COUNTER_SLOTS));
   return file;
 }
 
+/** The sum of every slot. */
 export function readCounterFile(file) {
-  return Number(readFileSync(file).readBigInt64LE(0));
+  const all = readFileSync(file);
+  let sum = 0;
+  for (let i = 0; i < all.length; i += 8) sum += Number(all.readBigInt64LE(i));
+  return sum;
 }
 
 /**

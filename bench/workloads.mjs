@@ -31,8 +31,8 @@ function rangeOf(xs) {
  * @param {((connectString: string) => string[]) | undefined} curatorArgs
  */
 export async function startAgents({ zk, config, agents, track }, curatorArgs) {
-  const needMain = ['w1', 'w2', 'w4', 'sem', 'rw', 'auth'].some(wants);
-  const needProcs = wants('w3') || wants('leader');
+  const needMain = ['w1', 'w2', 'w4', 'w5', 'sem', 'rw', 'auth'].some(wants);
+  const needProcs = wants('w3') || wants('w5') || wants('leader');
   const main = needMain ? track(nodeAgent('agent-main', config)) : undefined;
   const procs = needProcs ? [0, 1, 2, 3].map((i) => track(nodeAgent(`agent-proc-${i}`, config))) : [];
   const curatorMain = curatorArgs && (wants('w1') || wants('w2')) ? track(javaAgent('curator-main', curatorArgs(zk))) : undefined;
@@ -71,6 +71,13 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
     if (curatorW3.length) plan.push({ workload: 'W3', peer: 'curator', agents: curatorW3, workers: 4 });
     if (redis) plan.push({ workload: 'W3', peer: 'redis', agents: w3, workers: 4 });
   }
+  if (wants('w5')) {
+    // Many keys: 16 callers over 10 000 lock paths, in one process and in four; the peer is raw
+    // create+delete with 64 requests outstanding (64 serial workers on one session).
+    plan.push({ workload: 'W5', peer: 'ours-keys', agents: [mainAgent], workers: 16 });
+    plan.push({ workload: 'W5x4', peer: 'ours-keys', agents: w3, workers: 16 });
+    plan.push({ workload: 'W5', peer: 'raw', agents: [mainAgent], workers: 64 });
+  }
   // ---- Negative control: without a lock the counter must lose updates ---------------------
   const control = {};
   if (main) {
@@ -100,7 +107,7 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
 
   const timedRounds = {};
   if (plan.length) {
-    process.stdout.write(`W1-W3: warm-up`);
+    process.stdout.write(`W1-W5: warm-up`);
     for (const p of plan) await timed(ctx, { ...p, ms: p.peer === 'curator' ? opts.jvmWarmupMs : opts.warmupMs });
     for (let r = 0; r < opts.rounds; r++) {
       process.stdout.write(` · round ${r + 1}/${opts.rounds}`);
