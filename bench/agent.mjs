@@ -15,6 +15,7 @@ import { createInterface } from 'node:readline';
 import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/promises';
 import { CreateMode, LockEngine, Mutex, ReadWriteLock, SECURE_PARENT_ACL, Semaphore, ZkConnection } from '../dist/index.js';
 import { electionCommands } from './agent-election.mjs';
+import { keyCommands } from './agent-keys.mjs';
 import { mntr, notificationsIn } from './support.mjs';
 
 const config = JSON.parse(process.argv[2] ?? '{}');
@@ -718,6 +719,7 @@ const election = electionCommands({ engine, ensurePath });
 
 const handlers = {
   ...election,
+  ...keyCommands({ engine, ensurePath }),
   run: timedRun,
   queue: queueRun,
   notifyFloor,

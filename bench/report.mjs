@@ -83,6 +83,18 @@ function reportRatios(results) {
       authed.check,
     ]);
   }
+  const K = results.keyChurn;
+  if (K?.ours && K.containers) {
+    const drained = (/** @type {any} */ k) => (k.drainMs === undefined ? `not drained ${k.drainSeconds} s later (+${k.leftAfterWindow})` : `drained ${fmt.n(k.drainMs / 1000, 1)} s later`);
+    const describe = (/** @type {any} */ k) => `${fmt.ops(k.keysPerSec)} new keys/s: peak +${k.peakAbove} znodes, +${k.atEndAbove} at the end, ${drained(k)}`;
+    rows.push([
+      'key churn (every acquisition a new key): znodes left on the server',
+      describe(K.ours),
+      `container paths left to ZooKeeper's reaper (Curator): ${describe(K.containers)}`,
+      `${fmt.ratio(K.ours.peakAbove / K.containers.peakAbove)} peak`,
+      K.ours.errors.length || K.containers.errors.length ? `errors: ${[...K.ours.errors, ...K.containers.errors].slice(0, 2).join(' | ')}` : 'ok',
+    ]);
+  }
   if (!rows.length) return;
   console.log('\nRatios to a peer of the same run (leadership: one ZooKeeper session and process per participant; samples pooled over rounds)');
   printTable(['measure', 'ours', 'peer (same run)', 'ours ÷ peer', 'check (samples)'], rows, ['', 'r', '', 'r', '']);

@@ -44,6 +44,7 @@ import { opts, startedAt } from './options.mjs';
 import { fmt, report } from './report.mjs';
 import { BENCH_DIR, prepareCurator, startRedis, withZooKeeper } from './support.mjs';
 import { runLeadership } from './election.mjs';
+import { runKeyChurn } from './keys.mjs';
 import { runAlternatingRounds, runChurn, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
 
 async function main() {
@@ -92,6 +93,7 @@ async function main() {
       await Promise.all(agents.splice(0).map((a) => a.close()));
       await runScale(ctx);
       await runChurn(ctx);
+      await runKeyChurn(ctx);
       await runProfiles(ctx);
     } finally {
       await Promise.all(agents.splice(0).map((a) => a.close().catch(() => undefined)));
