@@ -4,8 +4,8 @@ import { readFileSync } from 'node:fs';
 
 /** @param {string[]} argv */
 export function parseArgs(argv) {
-  /** @type {{ quick: boolean, curator: boolean, redis: boolean, profile: boolean, only?: Set<string>, churnSeconds?: number, rounds?: number, roundMs?: number }} */
-  const opts = { quick: false, curator: true, redis: true, profile: false, only: undefined };
+  /** @type {{ quick: boolean, curator: boolean, redis: boolean, profile: boolean, ensemble: boolean, only?: Set<string>, churnSeconds?: number, rounds?: number, roundMs?: number }} */
+  const opts = { quick: false, curator: true, redis: true, profile: false, ensemble: false, only: undefined };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split('=', 2);
     const value = () => inline ?? argv[++i];
@@ -27,6 +27,9 @@ export function parseArgs(argv) {
         break;
       case '--profile':
         opts.profile = true;
+        break;
+      case '--ensemble':
+        opts.ensemble = true;
         break;
       case '--no-curator':
         opts.curator = false;

@@ -1,14 +1,15 @@
 // Benchmarks of nestjs-zk-lock against the locks users would pick instead, side by side in one run.
 //
 //   npm run build && node bench/run.mjs [--quick] [--churn-seconds N] [--rounds N] [--round-ms N]
-//                                      [--only w1,w2,w3,w4,leader,auth,sem,rw,scale,churn] [--profile]
-//                                      [--no-curator] [--no-redis]
-//   (`npm run bench -- --quick` runs it through bench/mutex.mjs)
+//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,churn,keychurn]
+//                                      [--profile] [--ensemble] [--no-curator] [--no-redis]
+//   (`npm run bench -- --quick` runs it)
 //
 //   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min); --quick: 2 × 800 ms, 20 s churn
 //   (~1.5 min); --profile adds V8 CPU profiles of raw, W1 and W2 (bench/results/profiles-<date>/).
 //
-// A standalone ZooKeeper is started here (unless ZK_CONNECT is set), and our own redis-server on a
+// A standalone ZooKeeper is started here (unless ZK_CONNECT is set; --ensemble: a 3-server quorum,
+// server CPU summed over the three), with ZooKeeper's default container reaping (every 60 s), and our own redis-server on a
 // free loopback port. This process holds no ZooKeeper session: every client runs in a child
 // "agent" (bench/agent.mjs for Node, bench/java/CuratorBench.java for Curator), so no native
 // ZooKeeper socket can leak into the processes started here.
@@ -19,12 +20,17 @@
 //   W3  contended across processes: 4 processes × 4 workers (Curator: 4 JVMs × 4 threads)
 //   W4  queue: 2/8/64 waiters (one session each), 5 ms hold: handoff latency, watch
 //       notifications and requests per release (server mntr counters)
+//   W5  many keys: 16 callers over 10 000 keys (random), 1 process and 4; peer: raw create+delete
+//       with 64 outstanding; exclusion checked per key
+//   W1 also with retainMs (the node kept for the next local holder)
 //   leader  leadership handover: 4 participants (one process each) in one election; the leader's
 //       close() (or stepDown()) → the successor's `gained`, p50/p99 (election.mjs)
 //   auth  W1 with digest auth and SECURE_PARENT_ACL (as ZkLockModule sets up `auth`) vs without
 //   semaphore (4 permits, 16 workers), read-write lock (90 % reads, 16 workers), 2 ms holds
 //   scale: 10 000 distinct locks held at once; 1 000 waiters on one lock
 //   churn: a mix of acquires, tries, timeouts and semaphore leases; heap after GC before/after
+//   keychurn: every acquisition a new key; server znodes during and after, vs containers left to
+//       ZooKeeper's reaper (keys.mjs)
 // Peers, alternating round by round (medians over rounds; latencies pooled):
 //   raw create+delete and exists round trips, our mutex without in-process coalescing
 //   (`coalesce: false`: one node per caller, as Curator), the naive "herd" lock, Curator's
@@ -34,7 +40,7 @@
 //
 // The parts: options.mjs (this command line), timed.mjs (one timed round of a peer),
 // workloads.mjs (each workload of a run), election.mjs (leadership handover; its agent side is
-// agent-election.mjs), report.mjs (the tables), support.mjs (servers, agents,
+// agent-election.mjs), keys.mjs (key churn; agent-keys.mjs), report.mjs (the tables), support.mjs (servers, agents,
 // statistics); scripts/support/zookeeper.mjs (the ZooKeeper runner, shared with the tests).
 import { spawnSync } from 'node:child_process';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -59,7 +65,10 @@ async function main() {
   await withZooKeeper(async (zk, { pid: zkPid }) => {
     const srvr = await fourLetter(zk.split(',')[0], 'srvr', 5000);
     results.zookeeper = { connect: zk, version: /version: ([^\s,-]+)/i.exec(srvr)?.[1], serverPidKnown: zkPid !== undefined };
-    console.log(`ZooKeeper ${results.zookeeper.version} at ${zk}${process.env.ZK_CONNECT ? ' (ZK_CONNECT)' : ' (started for this run, forceSync=no)'}`);
+    results.zookeeper.servers = zk.split(',').length;
+    console.log(
+      `ZooKeeper ${results.zookeeper.version} at ${zk}${process.env.ZK_CONNECT ? ' (ZK_CONNECT)' : ` (started for this run: ${opts.ensemble ? 'a 3-server quorum on this machine' : 'standalone'}, forceSync=no)`}`,
+    );
 
     let redis;
     if (opts.redis) {

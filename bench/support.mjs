@@ -9,7 +9,8 @@ import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { fourLetter, newZkDir, startStandalone, zkScript } from '../scripts/support/zookeeper.mjs';
+import { fourLetter, newZkDir, startEnsemble, startStandalone, zkScript } from '../scripts/support/zookeeper.mjs';
+import { opts } from './options.mjs';
 
 export const BENCH_DIR = fileURLToPath(new URL('.', import.meta.url));
 
@@ -17,10 +18,11 @@ export const BENCH_DIR = fileURLToPath(new URL('.', import.meta.url));
 // ZooKeeper
 
 /**
- * Runs `work(connectString, { pid })` against ZK_CONNECT, or a standalone server started (and
- * stopped) here; `pid` is the server's JVM when we started it (for its CPU time), else undefined.
+ * Runs `work(connectString, { pid })` against ZK_CONNECT, or a standalone server (with
+ * `--ensemble`: a 3-server quorum) started and stopped here; `pid` is the servers' JVMs when we
+ * started them (for their CPU time), else undefined.
  * @template T
- * @param {(connectString: string, server: { pid: number | undefined }) => Promise<T>} work
+ * @param {(connectString: string, server: { pid: number[] | undefined }) => Promise<T>} work
  * @returns {Promise<T>}
  */
 export async function withZooKeeper(work) {
@@ -28,9 +30,11 @@ export async function withZooKeeper(work) {
   await zkScript(['install'], { echoStderr: true });
   // ZooKeeper's own container reaper interval (60 s), as in production: the tests' 1 s would reap
   // the paths of W5's keys between two uses of a key.
-  const zk = await startStandalone({ dir: newZkDir('bench'), echoStderr: true, jvmFlags: '-Dznode.container.checkIntervalMs=60000' });
+  const start = { dir: newZkDir('bench'), echoStderr: true, jvmFlags: '-Dznode.container.checkIntervalMs=60000' };
+  const zk = opts.ensemble ? await startEnsemble(start) : await startStandalone(start);
   try {
-    return await work(zk.connectString, { pid: zk.server(1).pid || undefined });
+    const pids = zk.servers.map((s) => s.pid).filter((pid) => pid > 0);
+    return await work(zk.connectString, { pid: pids.length ? pids : undefined });
   } finally {
     await zk.stop();
   }
@@ -81,7 +85,16 @@ function clockTicksPerSecond() {
 }
 
 /** User + system CPU time of a process (ms), from /proc; undefined when unknown. */
+/**
+ * CPU time (user + sys) of a process, or the sum over several (an ensemble's servers).
+ * @param {number | number[] | undefined} pid
+ * @returns {number | undefined}
+ */
 export function processCpuMs(pid) {
+  if (Array.isArray(pid)) {
+    const each = pid.map((p) => processCpuMs(p));
+    return each.some((ms) => ms === undefined) ? undefined : each.reduce((/** @type {number} */ a, b) => a + (b ?? 0), 0);
+  }
   if (!pid) return undefined;
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');

@@ -54,7 +54,7 @@ export function readCounterFile(file) {
  * throughput, latencies, the counter check and CPU/requests per acquisition.
  */
 /**
- * @param {{ zk: string, zkPid?: number, redis?: { pid?: number } }} ctx
+ * @param {{ zk: string, zkPid?: number[], redis?: { pid?: number } }} ctx
  * @param {TimedRun} run
  */
 export async function timed(ctx, { workload, peer, agents, workers, ms, profile }) {

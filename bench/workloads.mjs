@@ -11,7 +11,7 @@ import { aggregate, counterFile, javaAgent, nodeAgent, readCounterFile, timed } 
  * by run.mjs) and the results.
  * @typedef {object} BenchContext
  * @property {string} zk
- * @property {number | undefined} zkPid
+ * @property {number[] | undefined} zkPid the ZooKeeper servers' JVMs (their CPU time), when started here
  * @property {{ port: number, pid?: number, stop: () => Promise<void> } | undefined} redis
  * @property {{ zk: string, redisPort?: number }} config
  * @property {Agent[]} agents

@@ -327,7 +327,7 @@ export async function startStandalone(opts = {}) {
  */
 export async function startEnsemble(opts = {}) {
   const [dir, args] = startArgs('ensemble', opts);
-  const handle = new ZkEnsembleHandle(dir, { echoStderr: opts.echoStderr });
+  const handle = new ZkEnsembleHandle(dir, { echoStderr: opts.echoStderr, jvmFlags: opts.jvmFlags });
   await handle.script(args);
   return handle;
 }
