@@ -545,6 +545,38 @@ async function settle() {
   await sleep(50);
 }
 
+/**
+ * The raw peer of scaleLocks: `count` ephemeral nodes, each in its own container path (made in the
+ * same round trip), all created at once and held; then all deleted.
+ */
+async function scaleRaw({ count, base }) {
+  const session = connection.session;
+  if (!session) throw new Error('not connected');
+  await ensurePath(session, base);
+  await settle();
+  const m0 = memory();
+  const cpu = process.cpuUsage();
+  const t0 = performance.now();
+  const nodes = await Promise.all(
+    Array.from({ length: count }, (_, i) => {
+      const path = `${base}/k${i}`;
+      session.create(path, EMPTY, CreateMode.CONTAINER).catch(() => undefined);
+      return session.create(`${path}/lock-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL);
+    }),
+  );
+  const acquireMs = performance.now() - t0;
+  await settle();
+  const m1 = memory();
+  const t1 = performance.now();
+  await Promise.all(nodes.map((node) => session.delete(node)));
+  const releaseMs = performance.now() - t1;
+  const cpuMs = cpuMsSince(cpu);
+  nodes.length = 0;
+  await settle();
+  const m2 = memory();
+  return { count, acquireMs, releaseMs, m0, m1, m2, cpuMs };
+}
+
 /** `count` distinct locks, all held at once by this process; then all released. */
 async function scaleLocks({ count, base }) {
   await settle();
@@ -727,6 +759,7 @@ const handlers = {
   semaphore: semaphoreRun,
   rw: rwRun,
   scaleLocks,
+  scaleRaw,
   scaleWaiters,
   churn,
   ping: async () => ({ pid: process.pid }),

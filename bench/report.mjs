@@ -202,12 +202,16 @@ export function report(results) {
   reportRatios(results);
 
   if (results.scale) {
-    const { locks, waiters } = results.scale;
+    const { raw, locks, waiters } = results.scale;
+    const heapPer = (/** @type {any} */ r) => (r.m1.heapUsed - r.m0.heapUsed) / r.count;
     console.log('\nScale (one process, one connection)');
     printTable(
       ['measure', 'value', 'check'],
       [
         [`${locks.count} distinct locks: acquire all (concurrently)`, `${fmt.n(locks.acquireMs, 0)} ms (${fmt.ops((locks.count * 1000) / locks.acquireMs)} locks/s)`, locks.check],
+        ...(raw
+          ? [[`  raw peer: ${raw.count} ephemeral nodes (a container path each) created at once`, `${fmt.n(raw.acquireMs, 0)} ms: ours ${fmt.ratio(raw.acquireMs / locks.acquireMs)} raw's rate; heap ${fmt.n(heapPer(raw), 0)} B/node (ours ${fmt.ratio(heapPer(locks) / heapPer(raw))}), client CPU ${fmt.n((raw.cpuMs * 1000) / raw.count, 0)} µs/node`, '']]
+          : []),
         [`  release all`, `${fmt.n(locks.releaseMs, 0)} ms`, ''],
         [`  heap while held (after GC)`, `+${fmt.mb(locks.m1.heapUsed - locks.m0.heapUsed)} (${fmt.n((locks.m1.heapUsed - locks.m0.heapUsed) / locks.count, 0)} B/lock)`, ''],
         [`  RSS while held`, `+${fmt.mb(locks.m1.rss - locks.m0.rss)} (${fmt.mb(locks.m1.rss)} total)`, ''],

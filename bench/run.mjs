@@ -108,7 +108,7 @@ async function main() {
       await Promise.all(agents.splice(0).map((a) => a.close().catch(() => undefined)));
       await redis?.stop();
     }
-  });
+  }, { ensemble: opts.ensemble });
   results.loadAverageAtEnd = loadavg();
   report(results);
 }

@@ -10,7 +10,6 @@ import { delimiter, join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { fourLetter, newZkDir, startEnsemble, startStandalone, zkScript } from '../scripts/support/zookeeper.mjs';
-import { opts } from './options.mjs';
 
 export const BENCH_DIR = fileURLToPath(new URL('.', import.meta.url));
 
@@ -23,15 +22,16 @@ export const BENCH_DIR = fileURLToPath(new URL('.', import.meta.url));
  * started them (for their CPU time), else undefined.
  * @template T
  * @param {(connectString: string, server: { pid: number[] | undefined }) => Promise<T>} work
+ * @param {{ ensemble?: boolean }} [options]
  * @returns {Promise<T>}
  */
-export async function withZooKeeper(work) {
+export async function withZooKeeper(work, { ensemble = false } = {}) {
   if (process.env.ZK_CONNECT) return work(process.env.ZK_CONNECT, { pid: undefined });
   await zkScript(['install'], { echoStderr: true });
   // ZooKeeper's own container reaper interval (60 s), as in production: the tests' 1 s would reap
   // the paths of W5's keys between two uses of a key.
   const start = { dir: newZkDir('bench'), echoStderr: true, jvmFlags: '-Dznode.container.checkIntervalMs=60000' };
-  const zk = opts.ensemble ? await startEnsemble(start) : await startStandalone(start);
+  const zk = ensemble ? await startEnsemble(start) : await startStandalone(start);
   try {
     const pids = zk.servers.map((s) => s.pid).filter((pid) => pid > 0);
     return await work(zk.connectString, { pid: pids.length ? pids : undefined });

@@ -271,6 +271,7 @@ export async function runScale({ zk, zkPid, config, agents, track, results }) {
       const z1 = await mntr(zk);
       return { ...res, zkRequests: z1.zk_packets_received - z0.zk_packets_received, zkNotifications: notificationsIn(z0, z1), zkCpuMs: c0 === undefined || c1 === undefined ? undefined : c1 - c0 };
     };
+    const raw = await serverSide(() => agent.request({ cmd: 'scaleRaw', count: opts.scaleLocks, base: `${BASE}/scale-raw` }));
     const locks = await serverSide(() => agent.request({ cmd: 'scaleLocks', count: opts.scaleLocks, base: `${BASE}/scale` }));
     const locksOk = locks.held === locks.count && locks.counter === locks.count && locks.distinctPaths === locks.count;
     if (!locksOk) fail(`scale: ${locks.held} of ${locks.count} locks held at once, counter ${locks.counter}`);
@@ -280,7 +281,7 @@ export async function runScale({ zk, zkPid, config, agents, track, results }) {
     if (!waitersOk) fail(`1000 waiters: counter ${waiters.counter} ≠ ${waiters.count} ${waiters.errors.slice(0, 2).join(' | ')}`);
     await agent.close();
     agents.splice(agents.indexOf(agent), 1);
-    results.scale = { locks: { ...locks, check: locksOk ? 'ok' : 'FAILED' }, waiters: { ...waiters, check: waitersOk ? 'ok' : 'FAILED' } };
+    results.scale = { raw, locks: { ...locks, check: locksOk ? 'ok' : 'FAILED' }, waiters: { ...waiters, check: waitersOk ? 'ok' : 'FAILED' } };
     process.stdout.write('done\n');
   }
 }

@@ -68,13 +68,35 @@ export class ZkOperations {
 
   /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
   async ensureContainers(session: ZkSession, path: string): Promise<void> {
-    const paths = [...ancestorsOf(path), path];
-    // ZooKeeper answers a session's requests in order, so all creates go out at once.
-    const results = await Promise.allSettled(paths.map((p) => session.create(p, Buffer.alloc(0), CreateMode.CONTAINER, this.acl)));
+    // ZooKeeper answers a session's requests in order, so all creates go out at once; an ancestor
+    // being made for another lock (a burst of new keys under a new parent) is not asked for again.
+    const ancestors = ancestorsOf(path).map((a) => this.ancestorMade(session, a));
+    const own = session.create(path, EMPTY, CreateMode.CONTAINER, this.acl);
+    const results = await Promise.allSettled([...ancestors, own]);
     for (const result of results) {
       if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
     }
     if (results.at(-1)!.status === 'fulfilled') this.paths.made(path);
+  }
+
+  /** Ancestor creates in flight, per session and path. */
+  private readonly ancestorsInFlight = new Map<string, Promise<unknown>>();
+
+  private ancestorMade(session: ZkSession, path: string): Promise<unknown> {
+    const key = `${session.id}\u0000${path}`;
+    let made = this.ancestorsInFlight.get(key);
+    if (!made) {
+      made = session
+        .create(path, EMPTY, CreateMode.CONTAINER, this.acl)
+        .then(
+          () => this.paths.exists(path),
+          (error: unknown) => (isZkCode(error, ZkCode.NODEEXISTS) ? this.paths.exists(path) : Promise.reject(error)),
+        )
+        .finally(() => this.ancestorsInFlight.delete(key));
+      made.catch(() => undefined);
+      this.ancestorsInFlight.set(key, made);
+    }
+    return made;
   }
 
   /**
@@ -106,7 +128,9 @@ export class ZkOperations {
         }
         if (!madeParents && !this.paths.has(parentPath)) {
           // A path we do not know may not exist (a new key, or reaped): make it in the same round
-          // trip. Its outcome does not matter: the node's create says whether the path is there.
+          // trip, with the ancestors we do not know either. Their outcome does not matter: the
+          // node's create says whether the path is there.
+          for (const ancestor of ancestorsOf(parentPath)) if (!this.paths.has(ancestor)) void this.ancestorMade(session, ancestor);
           session.create(parentPath, EMPTY, CreateMode.CONTAINER, this.acl).then(() => this.paths.made(parentPath), () => undefined);
         }
         const create = session.create(target, node.data, mode, this.acl);
