@@ -16,6 +16,12 @@ export interface LockEngineOptions extends HolderIdentity {
    * these locks, rewrite a holder's data or ask it to let go (revoke). Default: open.
    */
   parentAcl?: readonly ZkAcl[];
+  /**
+   * Empty lock paths this process made that it keeps for reuse (a key's path made again costs a
+   * create); beyond it the least recently used go at once, and any goes after 60 s unused.
+   * Default 10 000.
+   */
+  maxIdleLockPaths?: number;
   /** How long `@WithLock` waits when the decorator names no `waitMs` (e.g. from config). Default 0. */
   defaultWaitMs?: number;
   /**
@@ -58,6 +64,7 @@ export function validateEngineOptions(options: LockEngineOptions): string {
     if (!ok) throw new InvalidOptionError('parentAcl', 'expected a list of { perms: 0..31, scheme: string, id: string }');
   }
   if (options.defaultWaitMs !== undefined) positiveInteger(options.defaultWaitMs, 'defaultWaitMs', 0, 0);
+  if (options.maxIdleLockPaths !== undefined) positiveInteger(options.maxIdleLockPaths, 'maxIdleLockPaths', 0, 0, 1_000_000);
   if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') throw new InvalidOptionError('coalesce', 'expected true or false');
   if (options.maxLocalHandoffs !== undefined) positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', 0, 0, MAX_LOCAL_HANDOFFS);
   if (options.shutdownGraceMs !== undefined) positiveInteger(options.shutdownGraceMs, 'shutdownGraceMs', 0, 0);
@@ -100,7 +107,7 @@ export class LockEngine {
     private readonly identity: LockEngineOptions = {},
   ) {
     this.basePath = validateEngineOptions(identity);
-    this.ops = new ZkOperations(connection, identity.parentAcl);
+    this.ops = new ZkOperations(connection, identity.parentAcl, identity.maxIdleLockPaths);
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     // After the caller's synchronous setup, so that its onWarning listener hears it.
     queueMicrotask(() => this.warnIfAddonUnfixed());

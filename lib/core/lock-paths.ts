@@ -1,20 +1,27 @@
 import type { ZkConnection } from './zk-connection.js';
 import type { ZkSession } from './zk-session.js';
 
-/** How long a lock path must go unused after our release before we delete it (if empty). */
-export const PARENT_IDLE_MS = 10_000;
-/** Paths remembered at most, per kind (beyond it the oldest are forgotten, or swept early). */
-const MAX_TRACKED = 100_000;
+/**
+ * How long a lock path must go unused after our release before we delete it (if empty): the
+ * interval at which ZooKeeper's reaper looks by default, so a quiet service leaves nothing longer.
+ */
+export const PARENT_IDLE_MS = 60_000;
+/** Default bound of the empty paths of ours kept for reuse: beyond it the oldest go at once. */
+export const MAX_IDLE_LOCK_PATHS = 10_000;
+/** Paths remembered as existing at most (beyond it the oldest are forgotten). */
+const MAX_KNOWN = 100_000;
 const SWEEP_EVERY_MS = 1_000;
 
 /**
  * The lock paths (container parents of our nodes) this process used. Two jobs:
  * - a hint that a path exists, so that an acquire on a path we do not know makes it in the same
  *   round trip as its node (a pipelined container create) instead of failing with NONODE first;
- * - deleting a path that we made (as a container) and released, once nobody here used it for
- *   PARENT_IDLE_MS and if it is empty (ZooKeeper refuses otherwise). A path someone else made
- *   (perhaps a persistent one with an ACL of its own) is never deleted by us. ZooKeeper's container reaper does the same, but at about 10 000 paths a
- *   minute: keys that are rarely reused (a lock per order) would pile up empty paths faster.
+ * - deleting a path that we made (as a container) and released, if it is empty (ZooKeeper
+ *   refuses otherwise): at once when more than `maxIdle` of ours are idle (the oldest first), and
+ *   after PARENT_IDLE_MS anyway. ZooKeeper's container reaper removes at most about 10 000 paths
+ *   a minute, so keys that are rarely reused (a lock per order) piled up empty paths faster; keys
+ *   that come back (a working set up to `maxIdle`) keep their paths and cost no create. A path
+ *   someone else made (perhaps a persistent one with an ACL of its own) is never deleted by us.
  * Deleting an empty lock path is safe for everyone (Curator too): an acquire that finds it gone
  * makes it again, and the new path's czxid keeps fencing tokens increasing.
  */
@@ -25,7 +32,10 @@ export class LockPaths {
   private readonly idle = new Map<string, number>();
   private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly connection: ZkConnection) {}
+  constructor(
+    private readonly connection: ZkConnection,
+    private readonly maxIdle = MAX_IDLE_LOCK_PATHS,
+  ) {}
 
   has(path: string): boolean {
     return this.known.has(path);
@@ -45,7 +55,7 @@ export class LockPaths {
 
   private remember(path: string, ours: boolean): void {
     this.known.set(path, ours);
-    if (this.known.size > MAX_TRACKED) this.known.delete(this.known.keys().next().value!);
+    if (this.known.size > MAX_KNOWN) this.known.delete(this.known.keys().next().value!);
   }
 
   /** `path` is gone (a create in it failed with NONODE). */
@@ -58,11 +68,11 @@ export class LockPaths {
     if (this.known.get(path) !== true) return;
     this.idle.delete(path); // to the end of the order
     this.idle.set(path, performance.now());
-    if (this.idle.size > MAX_TRACKED) this.sweep(this.idle.size - MAX_TRACKED);
+    if (this.idle.size > this.maxIdle) this.sweep(this.idle.size - this.maxIdle);
     this.timer ??= setInterval(() => this.sweep(), SWEEP_EVERY_MS).unref();
   }
 
-  /** Deletes the paths idle long enough, oldest first (and `early` more, to bound memory). */
+  /** Deletes the paths idle long enough, oldest first (and `early` more, to keep within maxIdle). */
   private sweep(early = 0): void {
     const session = this.connection.state === 'connected' ? this.connection.session : undefined;
     const idleBefore = performance.now() - PARENT_IDLE_MS;

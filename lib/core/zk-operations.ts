@@ -33,9 +33,10 @@ export class ZkOperations {
      * node of ours is ever open; never applied to an existing node). Default: open.
      */
     acl?: readonly ZkAcl[],
+    maxIdleLockPaths?: number,
   ) {
     this.acl = acl?.length ? acl : undefined;
-    this.paths = new LockPaths(connection);
+    this.paths = new LockPaths(connection, maxIdleLockPaths);
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;

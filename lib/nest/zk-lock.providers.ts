@@ -104,8 +104,8 @@ export const engineProvider: Provider = {
     // With credentials, parents are locked down unless the caller chose an ACL.
     const hasAuth = 'auth' in options && options.auth !== undefined;
     const parentAcl = options.parentAcl ?? (hasAuth ? SECURE_PARENT_ACL : undefined);
-    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs } = options;
-    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs });
+    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths } = options;
+    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths });
     engine.onWarning((message) => logger.warn(message));
     return engine;
   },

@@ -34,39 +34,49 @@ describe('lock paths: made with the node, deleted when idle', () => {
     }, 60_000);
     afterAll(() => server?.stop());
 
-    it(`a path we made, released and unused for ${PARENT_IDLE_MS / 1000} s is deleted; one in use and one made by someone else stay`, async () => {
+    it('beyond maxIdleLockPaths the least recently used empty paths we made are deleted at once; one in use and one made by someone else stay', async () => {
       const root = uniquePath('paths');
-      const e = await engine({ connectString: server.connectString });
+      const e = await engine({ connectString: server.connectString }, { maxIdleLockPaths: 2 });
       const observer = await connect({ connectString: server.connectString });
       // Made by someone else (an operator, with an ACL of its own): never ours to delete.
       await observer.session!.create(root.slice(0, root.lastIndexOf('/')), Buffer.alloc(0), CreateMode.PERSISTENT).catch(() => undefined);
       await observer.session!.create(root, Buffer.alloc(0), CreateMode.PERSISTENT);
       await observer.session!.create(`${root}/theirs`, Buffer.alloc(0), CreateMode.PERSISTENT);
-      const idle = new Mutex(e, 'idle', `${root}/idle`);
-      await (await idle.acquire()).release();
       await (await new Mutex(e, 'theirs', `${root}/theirs`).acquire()).release();
       const held = await new Mutex(e, 'busy', `${root}/busy`).acquire();
-      await eventually(async () => !(await exists(observer, `${root}/idle`)), PARENT_IDLE_MS + 15_000, 250);
-      expect(await exists(observer, `${root}/busy`)).toBe(true);
-      expect(await exists(observer, `${root}/theirs`)).toBe(true);
+      for (const key of ['k1', 'k2', 'k3', 'k4']) await (await new Mutex(e, key, `${root}/${key}`).acquire()).release();
+      // Four idle, two kept: k1 and k2 (the oldest) go, long before the 60 s time bound.
+      await eventually(async () => !(await exists(observer, `${root}/k1`)) && !(await exists(observer, `${root}/k2`)), 10_000, 100);
+      expect(await Promise.all(['k3', 'k4', 'busy', 'theirs'].map((k) => exists(observer, `${root}/${k}`)))).toEqual([true, true, true, true]);
       await held.release();
       // Gone: the next acquire makes it again.
-      const again = await idle.acquire();
-      expect(await exists(observer, `${root}/idle`)).toBe(true);
+      const again = await new Mutex(e, 'k1', `${root}/k1`).acquire();
+      expect(await exists(observer, `${root}/k1`)).toBe(true);
       await again.release();
+    }, 40_000);
+
+    it(`any path we made and released goes after ${PARENT_IDLE_MS / 1000} s unused`, async () => {
+      const root = uniquePath('paths');
+      const e = await engine({ connectString: server.connectString });
+      const observer = await connect({ connectString: server.connectString });
+      await (await new Mutex(e, 'idle', `${root}/idle`).acquire()).release();
+      expect(await exists(observer, `${root}/idle`)).toBe(true);
+      await eventually(async () => !(await exists(observer, `${root}/idle`)), PARENT_IDLE_MS + 20_000, 500);
     }, PARENT_IDLE_MS + 40_000);
   });
 
   it('a released path that someone queues in again is not deleted (ZooKeeper refuses a non-empty one)', async () => {
     const root = uniquePath('paths');
-    const [a, b] = await Promise.all([engine(), engine()]);
+    const [a, b] = await Promise.all([engine({}, { maxIdleLockPaths: 1 }), engine()]);
     const observer = await connect();
     await (await new Mutex(a, 'x', `${root}/x`).acquire()).release();
     const theirs = await new Mutex(b, 'x', `${root}/x`).acquire();
-    await new Promise((resolve) => setTimeout(resolve, PARENT_IDLE_MS + 2_500));
+    // Other keys push it out of the kept set (maxIdleLockPaths: 1): the sweep tries, ZooKeeper refuses.
+    for (const key of ['y1', 'y2']) await (await new Mutex(a, key, `${root}/${key}`).acquire()).release();
+    await new Promise((resolve) => setTimeout(resolve, 2_500));
     expect(await exists(observer, `${root}/x`)).toBe(true);
     expect(theirs.isHeld).toBe(true);
     expect(theirs.signal.aborted).toBe(false);
     await theirs.release();
-  }, PARENT_IDLE_MS + 30_000);
+  }, 30_000);
 });
