@@ -7,7 +7,7 @@ import { Mutex } from '../../lib/core/mutex.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
-import { closeAll, connect, engine, uniquePath } from '../support/helpers.js';
+import { closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
 import { delay, whenAborted, within } from '../support/lock-test-helpers.js';
 
 afterAll(closeAll);
@@ -100,6 +100,8 @@ describe('revocation (Curator revoke marker as node data)', () => {
     expect(firstTerm.signal.aborted).toBe(true);
     const [term] = (await secondGained) as [LeadershipTerm];
     expect(term.fencingToken).toBeGreaterThan(firstTerm.fencingToken);
+    // The first queues again at the tail (its create may still be on its way when `gained` fires).
+    await eventually(async () => (await second.participants()).length === 2, 10_000, 50);
     expect((await second.participants()).map((p) => p.id)).toEqual(['second', 'first']);
     await Promise.all([first.close(), second.close()]);
   });
