@@ -1,5 +1,6 @@
 import type { ZkConnection } from './zk-connection.js';
 import type { ZkSession } from './zk-session.js';
+import { isZkCode, ZkCode } from './zk-error.js';
 
 /**
  * How long a lock path must go unused after our release before we delete it (if empty): the
@@ -79,10 +80,20 @@ export class LockPaths {
     for (const [path, releasedAt] of this.idle) {
       if (releasedAt >= idleBefore && early-- <= 0) break;
       this.idle.delete(path);
-      this.known.delete(path);
-      if (session) deleteIfEmpty(session, path);
+      if (session) this.deleteIfEmpty(session, path);
     }
     if (this.idle.size === 0) this.stop();
+  }
+
+  /**
+   * Gone (or already gone): forgotten. Refused as not empty (someone queues there again) or cut
+   * off: still ours, so our next release there tries again.
+   */
+  private deleteIfEmpty(session: ZkSession, path: string): void {
+    session.delete(path).then(
+      () => this.known.delete(path),
+      (error: unknown) => (isZkCode(error, ZkCode.NONODE) ? this.known.delete(path) : undefined),
+    );
   }
 
   stop(): void {
@@ -91,7 +102,3 @@ export class LockPaths {
   }
 }
 
-/** NOTEMPTY (someone queues there again), NONODE (already gone) or connection trouble: nothing to do. */
-function deleteIfEmpty(session: ZkSession, path: string): void {
-  session.delete(path).catch(() => undefined);
-}

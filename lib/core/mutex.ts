@@ -36,7 +36,8 @@ export interface MutexOptions {
    * Keep our node this long after the last local holder released, while no other process queues:
    * the next acquire of this process then holds without a ZooKeeper request (and a new fencing
    * token). Another process that queues ends it at once (it waits one watch notification and our
-   * delete longer); so do shutdown and any connection trouble. Trade-off: a process that dies while
+   * delete longer); so do shutdown and the time running out, and after connection trouble the next
+   * acquire queues a new node instead. Trade-off: a process that dies while
    * keeping the node holds the lock, for others, until its session expires. Needs coalescing.
    * Default 0 (the node goes at release).
    */

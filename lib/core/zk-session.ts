@@ -441,9 +441,21 @@ export class NativeZkSession implements ZkSession {
     });
   }
 
-  /** Sends waiting requests while there is room (and rejects them all once the handle is closed). */
+  private draining = false;
+
+  /**
+   * Sends waiting requests while there is room (and rejects them all once the handle is closed).
+   * A request the C client refuses at once settles inside this loop: the loop goes on instead of
+   * nesting a call per waiting request (that overflowed the stack past ~8 000).
+   */
   private dispatchBacklog(): void {
-    while (this.backlog.size > 0 && (this.closed || this.inFlight < MAX_IN_FLIGHT)) this.backlog.shift()!();
+    if (this.draining) return;
+    this.draining = true;
+    try {
+      while (this.backlog.size > 0 && (this.closed || this.inFlight < MAX_IN_FLIGHT)) this.backlog.shift()!();
+    } finally {
+      this.draining = false;
+    }
   }
 
   /** How long the oldest request still waiting for its answer has waited (0 if none): a link that stopped answering. */
