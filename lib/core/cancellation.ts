@@ -33,13 +33,13 @@ export class Cancellation {
     const onDeadline = () => this.settle({ reason: waitMs === 0 || unreachable() ? 'connection' : 'timeout' });
     const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS);
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
-    signal?.addEventListener('abort', onAbort, { once: true });
+    const offAbort = signal ? onAbortOf(signal, onAbort) : undefined;
     const offStop = engine.onStop((error) => this.settle({ reason: 'connection', error }));
     // Try-once never waits for a connection: not connected now, or disconnected meanwhile, fails it.
     const offDisconnect = waitMs === 0 ? engine.onDisconnect(() => this.settle({ reason: 'connection' })) : undefined;
     this.stopListening = () => {
       clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
+      offAbort?.();
       offStop();
       offDisconnect?.();
     };
@@ -61,6 +61,36 @@ export class Cancellation {
     const { reason, error } = this.current ?? { reason: 'timeout' };
     return notAcquiredError(lockName, reason, tryOnce, error);
   }
+}
+
+/** The acquires waiting on each caller's signal: one listener per signal, however many wait on it. */
+const waitingOn = new WeakMap<AbortSignal, { listeners: Set<() => void>; onAbort: () => void }>();
+
+/**
+ * Calls `listener` once when `signal` aborts; returns what stops that. Many acquires often share
+ * one signal (an application's shutdown signal): a listener each would make Node warn of a leak
+ * past 10 (MaxListenersExceededWarning) and cost a listener per waiter.
+ */
+function onAbortOf(signal: AbortSignal, listener: () => void): () => void {
+  let entry = waitingOn.get(signal);
+  if (!entry) {
+    const listeners = new Set<() => void>();
+    const onAbort = () => {
+      waitingOn.delete(signal);
+      for (const each of [...listeners]) each();
+    };
+    entry = { listeners, onAbort };
+    waitingOn.set(signal, entry);
+    signal.addEventListener('abort', onAbort, { once: true });
+  }
+  const { listeners, onAbort } = entry;
+  listeners.add(listener);
+  return () => {
+    if (!listeners.delete(listener) || listeners.size > 0) return;
+    // The last one left: take the signal's listener off too (it may live as long as the application).
+    if (waitingOn.get(signal)?.listeners === listeners) waitingOn.delete(signal);
+    signal.removeEventListener('abort', onAbort);
+  };
 }
 
 /**
