@@ -72,12 +72,15 @@ export class ZkOperations {
     // ZooKeeper answers a session's requests in order, so all creates go out at once; an ancestor
     // being made for another lock (a burst of new keys under a new parent) is not asked for again.
     const ancestors = ancestorsOf(path).map((a) => this.ancestorMade(session, a));
-    const own = session.create(path, EMPTY, CreateMode.CONTAINER, this.acl);
-    const results = await Promise.allSettled([...ancestors, own]);
+    const results = await Promise.allSettled([...ancestors, this.makeLockPath(session, path)]);
     for (const result of results) {
       if (result.status === 'rejected' && !isZkCode(result.reason, ZkCode.NODEEXISTS)) throw result.reason;
     }
-    if (results.at(-1)!.status === 'fulfilled') this.paths.made(path);
+  }
+
+  /** Creates the lock path `path` as a container; when this create made it, it is ours to delete once idle. */
+  private makeLockPath(session: ZkSession, path: string): Promise<void> {
+    return session.create(path, EMPTY, CreateMode.CONTAINER, this.acl).then(() => this.paths.made(path));
   }
 
   /** Ancestor creates in flight, per session and path. */
@@ -132,7 +135,7 @@ export class ZkOperations {
           // trip, with the ancestors we do not know either. Their outcome does not matter: the
           // node's create says whether the path is there.
           for (const ancestor of ancestorsOf(parentPath)) if (!this.paths.has(ancestor)) void this.ancestorMade(session, ancestor);
-          session.create(parentPath, EMPTY, CreateMode.CONTAINER, this.acl).then(() => this.paths.made(parentPath), () => undefined);
+          this.makeLockPath(session, parentPath).catch(() => undefined);
         }
         const create = session.create(target, node.data, mode, this.acl);
         const list = session.getChildren(parentPath);
