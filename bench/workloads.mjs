@@ -159,8 +159,14 @@ export async function runQueue({ results }, main) {
         }
       }
     }
-    const floor = await /** @type {Agent} */ (main).request({ cmd: 'notifyFloor', samples: opts.queueReleases, path: `${BASE}/W4-floor` });
-    results.notifyFloor = { p50: percentile(floor.times, 50), p99: percentile(floor.times, 99), samples: floor.times.length };
+    const floor = await /** @type {Agent} */ (main).request({ cmd: 'notifyFloor', samples: opts.queueReleases, path: `${BASE}/W4-floor`, idleMs: opts.holdMs });
+    results.notifyFloor = {
+      p50: percentile(floor.times, 50),
+      p99: percentile(floor.times, 99),
+      existsP50: percentile(floor.exists, 50),
+      idleMs: opts.holdMs,
+      samples: floor.times.length,
+    };
     await /** @type {Agent} */ (main).request({ cmd: 'closePool' });
     process.stdout.write('\n');
   }

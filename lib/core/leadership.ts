@@ -5,7 +5,7 @@ import { NodeLease, type Lease } from './lease.js';
 import { REVOKE_MARKER } from './holder-data.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath, sortChildren } from './lock-path.js';
-import { acquireInQueue, type QueueSpec } from './lock-queue.js';
+import { acquireInQueue, exclusiveVerdict, type QueueSpec } from './lock-queue.js';
 import { isZkCode, ZkCode } from './zk-error.js';
 
 /** @publicApi */
@@ -109,8 +109,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       parentPath: path,
       nodeName: LATCH,
       sortMarkers: [LATCH],
-      evaluate: (sorted, index) =>
-        index === 0 ? { holds: true } : { holds: false, watch: sorted[index - 1]!, holdsWhenGone: index === 1 },
+      evaluate: exclusiveVerdict,
       data: () => data,
     };
   }

@@ -3,7 +3,7 @@ import { InvalidOptionError } from './errors.js';
 import { LocalQueue } from './local-queue.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from './lock-engine.js';
 import type { AcquireOptions } from './acquire-options.js';
-import { acquireInQueue, type QueueSpec } from './lock-queue.js';
+import { acquireInQueue, exclusiveVerdict, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
@@ -52,7 +52,7 @@ export interface MutexOptions {
   internal?: boolean;
 }
 
-/** The mutex predicate: index 0 holds; otherwise watch the immediate predecessor. */
+/** The mutex predicate: the lowest node holds (see exclusiveVerdict). */
 export function mutexSpec(lockName: string, parentPath: string, silent = false): QueueSpec {
   return {
     lockName,
@@ -62,8 +62,7 @@ export function mutexSpec(lockName: string, parentPath: string, silent = false):
     parentPath,
     nodeName: 'lock-',
     sortMarkers: ['lock-'],
-    evaluate: (sorted, index) =>
-      index === 0 ? { holds: true } : { holds: false, watch: sorted[index - 1]!, holdsWhenGone: index === 1 },
+    evaluate: exclusiveVerdict,
   };
 }
 
