@@ -70,8 +70,8 @@ const LATCH = 'latch-';
 /**
  * A leader election with Curator's LeaderLatch layout: each participant queues a node
  * `<path>/_c_<uuid>-latch-<seq>` (ephemeral sequential, its id as data), the lowest leads, each
- * watches only its predecessor — so Java services using LeaderLatch on the same path take part in
- * the same election. It runs on the lock queue, with a lock's promise: a term's `signal` aborts
+ * watches one node ahead of it (see exclusiveVerdict; a LeaderLatch watches its predecessor) — so
+ * Java services using LeaderLatch on the same path take part in the same election. It runs on the lock queue, with a lock's promise: a term's `signal` aborts
  * before anyone else can lead (session expired or past its deadline, node deleted, stepped down,
  * shutdown). After a term ends the participant queues again at the tail, until `close()`.
  * The engine's shutdown closes it first, so a successor takes over in about a round trip.
