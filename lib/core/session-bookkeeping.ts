@@ -62,14 +62,18 @@ export class RequestClock {
   /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
   private readonly pending = new Set<{ sentAt: number }>();
 
-  /** A request is sent (no sooner than now): returns what to call with its answer's code. */
-  sent(): (code: number) => void {
+  /**
+   * A request is sent (no sooner than now): returns what to call with its answer's code, which
+   * tells whether the answer came from the server.
+   */
+  sent(): (code: number) => boolean {
     const request = { sentAt: performance.now() };
     this.pending.add(request);
     return (code) => {
       this.pending.delete(request);
       const fromServer = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
       if (fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
+      return fromServer;
     };
   }
 

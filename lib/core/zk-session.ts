@@ -113,8 +113,10 @@ export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
 export type { WatchEventType, WatchListener } from './session-bookkeeping.js';
 
 const NATIVE_CONNECTED_STATE = 3;
-/** See NativeZkSession.inFlight: enough to keep the server busy, little enough to answer within a tick. */
+/** The most requests in flight (see NativeZkSession.window): enough to keep the server busy, little enough to answer within a tick. */
 const MAX_IN_FLIGHT = 1000;
+/** The in-flight window never shrinks below this (see NativeZkSession.window). */
+const MIN_IN_FLIGHT = 64;
 
 /** A queue with O(1) push and shift. */
 class Fifo<T> {
@@ -403,7 +405,7 @@ export class NativeZkSession implements ZkSession {
   }
 
   /**
-   * Requests handed to the C client and not answered yet, at most MAX_IN_FLIGHT; later ones wait
+   * Requests handed to the C client and not answered yet, at most `window` of them; later ones wait
    * here, in order (a session's requests are answered in the order sent). Without the bound a burst
    * (10 000 locks at once) queues so much that the newest answered request was sent longer than a
    * session timeout ago while the server keeps hearing from us: the deadline would call a live
@@ -411,6 +413,22 @@ export class NativeZkSession implements ZkSession {
    */
   private inFlight = 0;
   private readonly backlog = new Fifo<() => void>();
+
+  /**
+   * How many requests may be in flight: MAX_IN_FLIGHT alone is not enough, since a slow or starved
+   * server can take longer than the session timeout to answer 1 000 (seen in a loaded test run),
+   * and the deadline counts from the send time of the newest answered request. So the window
+   * starts at MIN_IN_FLIGHT, grows by one for each answer that came within an eighth of the
+   * session timeout (doubling per round trip while the server keeps up) and halves for each one
+   * that took over a quarter: the queue at the server stays well inside the timeout.
+   */
+  private window = MIN_IN_FLIGHT;
+
+  private adaptWindow(roundTripMs: number): void {
+    const timeoutMs = this.timeoutMs;
+    if (roundTripMs < timeoutMs / 8) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
+    else if (roundTripMs > timeoutMs / 4) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
+  }
 
   private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
@@ -422,12 +440,13 @@ export class NativeZkSession implements ZkSession {
         this.inFlight++;
         // Sent no sooner than now (the C client may queue it): a safe lower bound.
         const answered = this.requests.sent();
+        const sentAt = performance.now();
         let settled = false;
         const done = (code: number, value: T) => {
           if (settled) return;
           settled = true;
           this.inFlight--;
-          answered(code);
+          if (answered(code)) this.adaptWindow(performance.now() - sentAt);
           if (code === ZkCode.OK) resolve(value);
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
@@ -436,7 +455,7 @@ export class NativeZkSession implements ZkSession {
         // A non-zero return means the request was never queued, and its callback will never run.
         if (rc !== ZkCode.OK) done(rc, undefined as T);
       };
-      if (this.inFlight >= MAX_IN_FLIGHT || this.backlog.size > 0) this.backlog.push(dispatch);
+      if (this.backlog.size > 0 || this.inFlight >= this.window) this.backlog.push(dispatch);
       else dispatch();
     });
   }
@@ -452,7 +471,7 @@ export class NativeZkSession implements ZkSession {
     if (this.draining) return;
     this.draining = true;
     try {
-      while (this.backlog.size > 0 && (this.closed || this.inFlight < MAX_IN_FLIGHT)) this.backlog.shift()!();
+      while (this.backlog.size > 0 && (this.closed || this.inFlight < this.window)) this.backlog.shift()!();
     } finally {
       this.draining = false;
     }

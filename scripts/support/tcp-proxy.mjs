@@ -19,15 +19,20 @@ const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
  * closes nothing (a silent partition; with `holdCloses`, not even the close of one side reaches
  * the other); `blackholeAfterNotification()` does the same right after the next watch event
  * (optionally: the next one of a type, on a path, after the client was quiet) reaches the client;
- * `restore()` drops current connections and forwards normally again. `lastClientPacketAt` is
+ * `slowReplies(bytesPerSecond)` passes the answers on at that rate (a slow or starved server
+ * that still hears every request at once); `restore()` drops current connections and forwards
+ * normally again. `lastClientPacketAt` is
  * when the server last heard from the client.
  */
+/** How often slowReplies() passes answers on. */
+const PUMP_MS = 10;
+
 export class TcpProxy {
   /** @private @type {Set<net.Socket>} */
   sockets = new Set();
   /** Upstream connections that are open (the client is connected through this proxy). @private @type {Set<net.Socket>} */
   upstreams = new Set();
-  /** @private @type {'open' | 'cut' | 'drop-replies' | 'blackhole' | 'blackhole-after-notification'} */
+  /** @private @type {'open' | 'cut' | 'drop-replies' | 'slow-replies' | 'blackhole' | 'blackhole-after-notification'} */
   mode = 'open';
   /** Date.now() when a client packet was last forwarded to the server. */
   lastClientPacketAt = 0;
@@ -39,6 +44,8 @@ export class TcpProxy {
   holdCloses = false;
   /** @private @type {((event: ProxiedWatchEvent) => boolean) | undefined} */
   notificationFilter;
+  /** slowReplies()'s rate. */
+  replyBytesPerSecond = 0;
   /** @private @type {(() => void) | undefined} */
   notified;
 
@@ -94,9 +101,31 @@ export class TcpProxy {
       upstream.write(chunk);
     });
     const replies = new ReplyFrames();
+    // Answers held back by slowReplies(), passed on every PUMP_MS at its rate (all at once when open again).
+    /** @type {Buffer[]} */
+    const held = [];
+    /** @type {NodeJS.Timeout | undefined} */
+    let pumping;
+    const pump = () => {
+      let budget = this.mode === 'slow-replies' ? Math.ceil((this.replyBytesPerSecond * PUMP_MS) / 1000) : this.mode === 'open' ? Infinity : 0;
+      while (held.length > 0 && budget > 0) {
+        const chunk = /** @type {Buffer} */ (held[0]);
+        const n = Math.min(budget, chunk.length);
+        client.write(chunk.subarray(0, n));
+        budget -= n;
+        if (n === chunk.length) held.shift();
+        else held[0] = chunk.subarray(n);
+      }
+      if (held.length === 0 || client.destroyed) (clearInterval(pumping), (pumping = undefined));
+    };
     upstream.on('data', (chunk) => {
       // Parsed in every mode, to stay in step with the frames.
       const match = replies.endOfFirstNotification(chunk, this.mode === 'blackhole-after-notification' ? this.notificationFilter : undefined);
+      if (this.mode === 'slow-replies' || (this.mode === 'open' && held.length > 0)) {
+        held.push(chunk);
+        pumping ??= setInterval(pump, PUMP_MS);
+        return;
+      }
       if (this.mode === 'open') return client.write(chunk);
       if (this.mode !== 'blackhole-after-notification') return;
       // Forward whole frames up to and including the (first matching) notification, then go silent.
@@ -104,6 +133,7 @@ export class TcpProxy {
       if (match !== undefined) this.goSilentAfterNotification(match.event);
     });
     const close = () => {
+      clearInterval(pumping);
       client.destroy();
       upstream.destroy();
       this.sockets.delete(client);
@@ -132,6 +162,16 @@ export class TcpProxy {
   /** Forwards requests but swallows every reply (the client sees silence, then times out). */
   dropReplies() {
     this.mode = 'drop-replies';
+  }
+
+  /**
+   * Passes requests on at once but answers at `bytesPerSecond` (a ZooKeeper answer to exists is
+   * about 90 bytes): a server that hears the client all along and is slow to answer it.
+   * @param {number} bytesPerSecond
+   */
+  slowReplies(bytesPerSecond) {
+    this.replyBytesPerSecond = bytesPerSecond;
+    this.mode = 'slow-replies';
   }
 
   /**
