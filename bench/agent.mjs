@@ -207,11 +207,10 @@ async function makePeer(peer, path, on = { connection, engine }) {
         return mutex;
       };
       // One counter slot per key (COUNTER_SLOTS ≥ KEYS): exclusion is checked per key.
+      const acquireKey = async (key) => ({ key, lease: await mutexOf(key).acquire() });
       return () => ({
-        acquire: async () => {
-          const key = Math.floor(Math.random() * KEYS);
-          return { key, lease: await mutexOf(key).acquire() };
-        },
+        acquire: () => acquireKey(Math.floor(Math.random() * KEYS)),
+        acquireKey,
         release: (handle) => handle.lease.release(),
         slot: (handle) => handle.key,
       });
@@ -745,6 +744,35 @@ async function churn({ seconds, base, workers = 8, sampleEverySeconds = 5 }) {
   };
 }
 
+/**
+ * W5's warm-up: every one of the KEYS locks under `path` acquired and released once by this
+ * process (in a random order, `workers` at a time), so that the timed rounds measure many keys in
+ * use, not the first use of each (whose lock path is created then, as the raw peer's one path is
+ * before its rounds). Reports the time it took (the cold pass).
+ */
+async function warmKeys({ path, workers = 16 }) {
+  const factory = await makePeer('ours-keys', path);
+  const order = Array.from({ length: KEYS }, (_, i) => i);
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [order[i], order[j]] = [order[j], order[i]];
+  }
+  let next = 0;
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      const lock = factory();
+      while (next < order.length) {
+        const key = order[next++];
+        const handle = await lock.acquireKey(key);
+        await lock.release(handle);
+      }
+    }),
+  );
+  return { keys: order.length, ms: performance.now() - started, cpuMs: cpuMsSince(cpu) };
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const election = electionCommands({ engine, ensurePath });
@@ -753,6 +781,7 @@ const handlers = {
   ...election,
   ...keyCommands({ engine, ensurePath }),
   run: timedRun,
+  warmKeys,
   queue: queueRun,
   notifyFloor,
   closePool: async () => (await closePool(), {}),

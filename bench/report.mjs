@@ -72,6 +72,16 @@ function reportRatios(results) {
       fmt.ratio(a.opsPerSec / pipelined.opsPerSec),
       a.check,
     ]);
+    const cold = results.keysWarmup?.[workload];
+    if (cold) {
+      rows.push([
+        `${workload === 'W5' ? 'W5 1 process' : 'W5 4 processes'}: the warm-up's cold pass (every key once, new to the process), acquisitions/s`,
+        `${fmt.ops(cold.perSec)} (${fmt.n(cold.clientCpuUsPerOp, 0)} µs client CPU/op)`,
+        `raw create+delete, 64 outstanding: ${fmt.ops(pipelined.opsPerSec)}`,
+        fmt.ratio(cold.perSec / pipelined.opsPerSec),
+        'n/a',
+      ]);
+    }
   }
   const authed = results.timed?.['W1/ours-auth'];
   if (plain && authed) {
