@@ -10,6 +10,7 @@
 // this process ("mem") or an 8-byte file in /dev/shm shared with other processes.
 // The leader-election commands (one participant per agent) are in agent-election.mjs.
 import { closeSync, openSync, readFileSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
 import { Session as InspectorSession } from 'node:inspector';
 import { createInterface } from 'node:readline';
 import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/promises';
@@ -173,6 +174,15 @@ function herdLock(session, path) {
 
 /** W5's keys: distinct lock paths, picked uniformly at random. */
 const KEYS = 10_000;
+/**
+ * W5's key paths: the raw-keys peer uses those of our one-process peer (W5), so that both find
+ * them as often removed in between (ZooKeeper's reaper, our idle sweep); four processes (W5x4)
+ * have their own.
+ */
+const keysBase = (path) => path.replace(/\/(W5(x4)?)-[^/]+$/, (_, workload) => `/${workload}-keys`);
+/** The raw-keys peer's base paths whose 10 000 key paths are made. */
+const rawKeyPaths = new Set();
+const unlessExists = (error) => (error?.codeName === 'NODEEXISTS' ? undefined : Promise.reject(error));
 
 /** The `ours-retain` peer's retainMs: longer than any pause between two cycles of one worker. */
 const RETAIN_MS = 1000;
@@ -199,6 +209,7 @@ async function makePeer(peer, path, on = { connection, engine }) {
       };
     }
     case 'ours-keys': {
+      path = keysBase(path);
       // W5: every acquisition picks one of KEYS locks at random (uniform), each its own lock path.
       const mutexes = new Map();
       const mutexOf = (key) => {
@@ -207,11 +218,10 @@ async function makePeer(peer, path, on = { connection, engine }) {
         return mutex;
       };
       // One counter slot per key (COUNTER_SLOTS ≥ KEYS): exclusion is checked per key.
+      const acquireKey = async (key) => ({ key, lease: await mutexOf(key).acquire() });
       return () => ({
-        acquire: async () => {
-          const key = Math.floor(Math.random() * KEYS);
-          return { key, lease: await mutexOf(key).acquire() };
-        },
+        acquire: () => acquireKey(Math.floor(Math.random() * KEYS)),
+        acquireKey,
         release: (handle) => handle.lease.release(),
         slot: (handle) => handle.key,
       });
@@ -228,6 +238,40 @@ async function makePeer(peer, path, on = { connection, engine }) {
         const mutex = new RedisMutex(client, `bench:${path}`, { acquireTimeout: 300_000 });
         return { acquire: () => mutex.acquire(), release: () => mutex.release() };
       };
+    }
+    case 'raw-keys': {
+      // W5's requests without the library: over the same 10 000 container paths (made before the
+      // rounds, and again when ZooKeeper's reaper took one), a protected-name sequential node with
+      // the same holder data and its listing in one round trip, then its delete. No waiting and
+      // no exclusion (not a lock: a floor for the three requests every lock of this layout makes).
+      path = keysBase(path);
+      await ensurePath(session, path);
+      if (!rawKeyPaths.has(path)) {
+        for (let i = 0; i < KEYS; i += 500) {
+          await Promise.all(Array.from({ length: 500 }, (_, j) => session.create(`${path}/k${i + j}`, EMPTY, CreateMode.CONTAINER).catch(unlessExists)));
+        }
+        rawKeyPaths.add(path);
+      }
+      return () => ({
+        acquire: async () => {
+          const key = `${path}/k${Math.floor(Math.random() * KEYS)}`;
+          for (;;) {
+            const created = session.create(`${key}/_c_${randomUUID()}-lock-`, on.engine.nodeData(), CreateMode.EPHEMERAL_SEQUENTIAL);
+            const listed = session.getChildren(key);
+            listed.catch(() => undefined);
+            try {
+              const node = await created;
+              await listed;
+              return node;
+            } catch (error) {
+              if (error?.codeName !== 'NONODE') throw error;
+              await session.create(key, EMPTY, CreateMode.CONTAINER).catch(unlessExists);
+            }
+          }
+        },
+        release: (node) => session.delete(node),
+        noLock: true,
+      });
     }
     case 'raw':
       await ensurePath(session, path);
@@ -753,6 +797,35 @@ async function churn({ seconds, base, workers = 8, sampleEverySeconds = 5 }) {
   };
 }
 
+/**
+ * W5's warm-up: every one of the KEYS locks under `path` acquired and released once by this
+ * process (in a random order, `workers` at a time), so that the timed rounds measure many keys in
+ * use, not the first use of each (whose lock path is created then, as the raw peer's one path is
+ * before its rounds). Reports the time it took (the cold pass).
+ */
+async function warmKeys({ path, workers = 16 }) {
+  const factory = await makePeer('ours-keys', path);
+  const order = Array.from({ length: KEYS }, (_, i) => i);
+  for (let i = order.length - 1; i > 0; i--) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [order[i], order[j]] = [order[j], order[i]];
+  }
+  let next = 0;
+  const cpu = process.cpuUsage();
+  const started = performance.now();
+  await Promise.all(
+    Array.from({ length: workers }, async () => {
+      const lock = factory();
+      while (next < order.length) {
+        const key = order[next++];
+        const handle = await lock.acquireKey(key);
+        await lock.release(handle);
+      }
+    }),
+  );
+  return { keys: order.length, ms: performance.now() - started, cpuMs: cpuMsSince(cpu) };
+}
+
 // ---------------------------------------------------------------------------------------------
 
 const election = electionCommands({ engine, ensurePath });
@@ -761,6 +834,7 @@ const handlers = {
   ...election,
   ...keyCommands({ engine, ensurePath }),
   run: timedRun,
+  warmKeys,
   queue: queueRun,
   notifyFloor,
   closePool: async () => (await closePool(), {}),

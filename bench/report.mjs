@@ -22,6 +22,7 @@ export const PEER_LABEL = {
   'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
   'ours-retain': 'nestjs-zk-lock Mutex, retainMs: 1000',
   'ours-keys': 'nestjs-zk-lock Mutex per key (random key)',
+  'raw-keys': 'raw lock requests per key (create + listing, delete; 16 workers, no waiting)',
   'ours-auth': 'nestjs-zk-lock Mutex, digest auth + SECURE_PARENT_ACL',
   herd: 'naive herd lock (same client)',
   curator: 'Curator InterProcessMutex',
@@ -72,6 +73,26 @@ function reportRatios(results) {
       fmt.ratio(a.opsPerSec / pipelined.opsPerSec),
       a.check,
     ]);
+    const floor = results.timed?.['W5/raw-keys'];
+    if (floor) {
+      rows.push([
+        `${workload === 'W5' ? 'W5 1 process' : 'W5 4 processes'}: against the same three requests without the library (16 workers, 10 000 container paths)`,
+        `${fmt.ops(a.opsPerSec)} (${fmt.n(a.clientCpuUsPerOp, 0)} µs client, ${fmt.n(a.serverCpuUsPerOp, 0)} µs server CPU/op)`,
+        `raw lock requests: ${fmt.ops(floor.opsPerSec)} (${fmt.n(floor.zkRequestsPerOp, 2)} req/op, ${fmt.n(floor.clientCpuUsPerOp, 0)} µs client, ${fmt.n(floor.serverCpuUsPerOp, 0)} µs server CPU/op)`,
+        fmt.ratio(a.opsPerSec / floor.opsPerSec),
+        'n/a',
+      ]);
+    }
+    const cold = results.keysWarmup?.[workload];
+    if (cold) {
+      rows.push([
+        `${workload === 'W5' ? 'W5 1 process' : 'W5 4 processes'}: the warm-up's cold pass (every key once, new to the process), acquisitions/s`,
+        `${fmt.ops(cold.perSec)} (${fmt.n(cold.clientCpuUsPerOp, 0)} µs client CPU/op)`,
+        `raw create+delete, 64 outstanding: ${fmt.ops(pipelined.opsPerSec)}`,
+        fmt.ratio(cold.perSec / pipelined.opsPerSec),
+        'n/a',
+      ]);
+    }
   }
   const authed = results.timed?.['W1/ours-auth'];
   if (plain && authed) {
@@ -124,7 +145,7 @@ export function report(results) {
     W5x4: 'W5 10 000 keys, 4 processes × 16',
   };
   for (const workload of ['W1', 'W2', 'W3', 'W5', 'W5x4']) {
-    for (const peer of ['raw', 'exists', 'ours', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis']) {
+    for (const peer of ['raw', 'raw-keys', 'exists', 'ours', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis']) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
       rows.push([

@@ -30,7 +30,7 @@ export function javaAgent(name, javaArgs) {
 // ---------------------------------------------------------------------------------------------
 // One timed round of a peer
 
-export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-retain', 'ours-auth', 'ours-keys', 'herd', 'raw', 'exists', 'curator']);
+export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-retain', 'ours-auth', 'ours-keys', 'herd', 'raw', 'raw-keys', 'exists', 'curator']);
 
 /** Slots of a shared counter file: one per W5 key (8 bytes each). */
 const COUNTER_SLOTS = 10_000;
@@ -79,7 +79,7 @@ export async function timed(ctx, { workload, peer, agents, workers, ms, profile 
   const acquired = replies.reduce((n, r) => n + r.acquired, 0);
   const inWindow = replies.reduce((n, r) => n + r.inWindow, 0);
   const errors = replies.flatMap((r) => r.errors ?? []);
-  const isLock = peer !== 'raw' && peer !== 'exists';
+  const isLock = peer !== 'raw' && peer !== 'raw-keys' && peer !== 'exists';
   let check = 'n/a';
   if (isLock) {
     const value = file ? readCounterFile(file) : replies.reduce((n, r) => n + r.counter, 0);

@@ -21,13 +21,24 @@ let host: string | undefined;
 
 /**
  * Makes the data of each new lock node: HolderInfo as JSON, with the time of the call. Only the
- * time changes, so the rest is serialised once (this runs on every acquire).
+ * time changes, so the rest is serialised once, and the whole once per millisecond: this runs on
+ * every acquire, and many keys acquired at once share the millisecond. The buffer is shared by
+ * the nodes made in that millisecond: it is never written to (the client copies it into the request).
  */
 export function holderDataWriter(identity: HolderIdentity): () => Buffer {
   host ??= hostname(); // a system call; the host does not change under a running process
   const fixed = JSON.stringify({ host, pid: process.pid, ...identity, createdAt: '' });
   const head = fixed.slice(0, -3); // up to `"createdAt":`, without `""}`
-  return () => Buffer.from(`${head}"${new Date().toISOString()}"}`);
+  let at = NaN;
+  let data = Buffer.alloc(0);
+  return () => {
+    const now = Date.now();
+    if (now !== at) {
+      at = now;
+      data = Buffer.from(`${head}"${new Date(now).toISOString()}"}`);
+    }
+    return data;
+  };
 }
 
 /**

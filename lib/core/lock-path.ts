@@ -84,6 +84,8 @@ export function sortKey(name: string, markers: readonly string[]): string {
 
 /** Sorts children as Curator does: stable, by sort key, compared by UTF-16 code units. */
 export function sortChildren(children: readonly string[], markers: readonly string[]): string[] {
+  // A queue of one (a lock nobody else wants, the usual case) needs no sort keys.
+  if (children.length < 2) return children.slice();
   return children
     .map((name) => ({ name, key: sortKey(name, markers) }))
     .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0))
@@ -97,8 +99,14 @@ export function newProtectedPrefix(): string {
 
 /** The server-assigned sequence (the trailing 10 digits), or undefined for non-sequential names. */
 export function sequenceOf(name: string): number | undefined {
-  const match = /(\d{10})$/.exec(name);
-  return match ? Number(match[1]) : undefined;
+  // /\d{10}$/ without a regular expression (this runs on every acquire).
+  const end = name.length;
+  if (end < 10) return undefined;
+  for (let i = end - 10; i < end; i++) {
+    const c = name.charCodeAt(i);
+    if (c < 48 || c > 57) return undefined;
+  }
+  return Number(name.slice(end - 10));
 }
 
 /** Low bits of a fencing token that count local handoffs of one node (in-process coalescing). */

@@ -148,6 +148,13 @@ export class ZkOperations {
         );
         return { path, listing: listed };
       } catch (error) {
+        if (isZkCode(error, ZkCode.NONODE) && !madeParents && this.paths.has(parentPath)) {
+          // A path we knew is gone: ZooKeeper's reaper removes every empty container at its check
+          // (a hot key's too, between two uses). The next round trip makes it again with the node,
+          // as for a new key, without asking for its ancestors (known, so most likely there).
+          this.paths.gone(parentPath);
+          continue;
+        }
         if (isZkCode(error, ZkCode.NONODE)) this.paths.gone(parentPath);
         if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
           // The parent is missing (never made, or reaped as an empty container): make it, once per

@@ -26,6 +26,44 @@ describe('lock paths: made with the node, deleted when idle', () => {
     await lease.release();
   });
 
+  it('a lock path deleted behind our back (ZooKeeper reaps empty containers) is made again with the node: its ancestors, known, are not asked for', async () => {
+    const root = uniquePath('paths');
+    const path = `${root}/deep/k1`;
+    const e = await engine();
+    const session = e.connection.session!;
+    await (await new Mutex(e, 'k1', path).acquire()).release();
+    // What the reaper does to an empty container (this test server's reaper may have done it already).
+    await session.delete(path).catch((error: { codeName?: string }) => (error.codeName === 'NONODE' ? undefined : Promise.reject(error)));
+    const create = session.create.bind(session);
+    const outcomes: string[] = [];
+    const kind = (p: string) => (p === path ? 'path' : p.startsWith(`${path}/`) ? 'node' : 'ancestor');
+    session.create = (p, data, mode, acl) =>
+      create(p, data, mode, acl).then(
+        (made) => (outcomes.push(`${kind(p)} ok`), made),
+        (error: { codeName?: string }) => (outcomes.push(`${kind(p)} ${error.codeName}`), Promise.reject(error)),
+      );
+    const lease = await new Mutex(e, 'k1', path).acquire();
+    // The create that finds the path gone, then the path and the node in one round trip; no
+    // create of `${root}` or `${root}/deep` (each a failed write, NODEEXISTS).
+    expect(outcomes).toEqual(['node NONODE', 'path ok', 'node ok']);
+    await lease.release();
+  });
+
+  it('when its ancestors went too, the next attempt makes them all', async () => {
+    const root = uniquePath('paths');
+    const path = `${root}/deep/k1`;
+    const e = await engine();
+    const session = e.connection.session!;
+    await (await new Mutex(e, 'k1', path).acquire()).release();
+    for (const p of [path, `${root}/deep`, root]) {
+      await session.delete(p).catch((error: { codeName?: string }) => (error.codeName === 'NONODE' ? undefined : Promise.reject(error)));
+    }
+    const lease = await new Mutex(e, 'k1', path).acquire();
+    expect(lease.isHeld).toBe(true);
+    expect(lease.path.startsWith(`${path}/_c_`)).toBe(true);
+    await lease.release();
+  });
+
   describe('on a server whose container reaper is slow (checks every 10 minutes)', () => {
     let server: ZkServerHandle;
     beforeAll(async () => {

@@ -106,6 +106,14 @@ describe('protected prefix', () => {
   it('reads the server-assigned sequence', () => {
     expect(sequenceOf('_c_79e08f9b-cf92-4ebf-8c8e-f6526c063154-lock-0000000042')).toBe(42);
     expect(sequenceOf('zzz')).toBeUndefined();
+    expect(sequenceOf('0000000007')).toBe(7);
+    const one = ['_c_x-lock-0000000001'];
+    expect(sortChildren(one, ['lock-'])).toEqual(one);
+    expect(sortChildren(one, ['lock-'])).not.toBe(one);
+    expect(sortChildren([], ['lock-'])).toEqual([]);
+    expect(sequenceOf('lock-000000007')).toBeUndefined();
+    expect(sequenceOf('lock-00000x0007')).toBeUndefined();
+    expect(sequenceOf('lock-12345678901')).toBe(2345678901);
   });
 });
 
