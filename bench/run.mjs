@@ -5,8 +5,9 @@
 //                                      [--profile] [--ensemble] [--no-curator] [--no-redis]
 //   (`npm run bench -- --quick` runs it)
 //
-//   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min); --quick: 2 × 800 ms, 20 s churn
-//   (~1.5 min); --profile adds V8 CPU profiles of raw, W1 and W2 (bench/results/profiles-<date>/).
+//   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min, and ~3.5 min of `app`); --quick:
+//   2 × 800 ms, 20 s churn (~1.5 min, and ~70 s of `app`); --profile adds V8 CPU profiles of raw, W1 and W2, and
+//   with app of one sample-app instance per set (bench/results/profiles-<date>/).
 //
 // A standalone ZooKeeper is started here (unless ZK_CONNECT is set; --ensemble: a 3-server quorum,
 // server CPU summed over the three), with ZooKeeper's default container reaping (every 60 s), and our own redis-server on a
