@@ -127,6 +127,70 @@ function reportRatios(results) {
   }
 }
 
+/**
+ * The sample app with @WithLock and with LOCKS=off (bench/app.mjs), side by side.
+ * @param {Record<string, any> | undefined} app
+ */
+function reportApp(app) {
+  if (!app) return;
+  console.log(`\nSample app: ${app.instances} instances, ${app.buyers} concurrent buyers over ${app.events} events, ${app.rounds} alternating rounds × ${app.roundMs} ms (medians)`);
+  const statuses = (/** @type {Record<string, number>} */ by) => Object.entries(by).sort(([a], [b]) => a.localeCompare(b)).map(([s, n]) => `${s}: ${n}`).join(', ');
+  const rows = [];
+  for (const mode of ['locks', 'off']) {
+    const a = app[mode];
+    rows.push([
+      mode === 'locks' ? '@WithLock' : 'LOCKS=off',
+      fmt.ops(a.reqPerSec),
+      `${Math.min(...a.rounds)}–${Math.max(...a.rounds)}`,
+      statuses(a.byStatus),
+      `${fmt.ms(a.p50)} / ${fmt.ms(a.p99)}`,
+      fmt.n(a.instanceCpuUs, 0),
+      `${Math.min(...a.instanceCpuUsRounds)}–${Math.max(...a.instanceCpuUsRounds)}`,
+      fmt.n(a.zkCpuUs, 0),
+      fmt.n(a.zkRequests, 2),
+      fmt.n(a.loadCpuUs, 0),
+      a.check,
+    ]);
+  }
+  const on = app.locks;
+  const off = app.off;
+  rows.push([
+    'locks ÷ off',
+    fmt.ratio(on.reqPerSec / off.reqPerSec),
+    '',
+    '',
+    '',
+    fmt.ratio(on.instanceCpuUs / off.instanceCpuUs),
+    '',
+    '',
+    '',
+    fmt.ratio(on.loadCpuUs / off.loadCpuUs),
+    '',
+  ]);
+  printTable(
+    ['sample app', 'req/s', 'rounds min–max', 'answers by status (in the windows)', 'p50 / p99 ms', 'instance CPU µs/req', 'rounds min–max', 'ZK CPU µs/req', 'ZK req/req', 'buyers CPU µs/req', 'check'],
+    rows,
+    ['', 'r', 'r', '', 'r', 'r', 'r', 'r', 'r', 'r', ''],
+  );
+  console.log(
+    `CPU per lock cycle (instances' CPU per request, @WithLock − LOCKS=off): ${fmt.n(on.instanceCpuUs - off.instanceCpuUs, 0)} µs. ` +
+      "instance CPU: the three instances' user+sys time (/proc) over the window ÷ answers in it; buyers: this process. " +
+      'check: every 201 of the run is a seat the database counts.',
+  );
+  for (const [mode, p] of Object.entries(app.profiles ?? {})) {
+    const perReq = (/** @type {number} */ ms) => `${((ms * 1000) / p.requests).toFixed(1)} µs/req`;
+    console.log(
+      `\nCPU profile of instance-1, ${mode}: ~${p.requests} requests served in the window (a third of ${fmt.ops(p.reqPerSec * opts.profileSeconds)}), ` +
+        `its CPU ${fmt.n((p.cpuMs * 1000) / p.requests, 0)} µs/req (profiled: slower than unprofiled); ${p.file}`,
+    );
+    console.log('  self time by area: ' + p.areas.filter((/** @type {any} */ a) => a.area !== 'idle').map((/** @type {any} */ a) => `${a.area} ${perReq(a.ms)}`).join(', '));
+    console.log('  top self time:');
+    for (const f of p.top.slice(0, 20)) console.log(`    ${perReq(f.ms).padStart(14)}  ${f.frame}`);
+    console.log('  inclusive time (library, sample app, packages):');
+    for (const f of p.inclusive.slice(0, 25)) console.log(`    ${perReq(f.ms).padStart(14)}  ${f.frame}`);
+  }
+}
+
 /** @param {Record<string, any>} results */
 export function report(results) {
   const W = results.timed ?? {};
@@ -263,6 +327,8 @@ export function report(results) {
         `connection listeners ${JSON.stringify(c.listenersBefore)} → ${JSON.stringify(c.listenersAfter)}; check ${c.check}`,
     );
   }
+
+  reportApp(results.app);
 
   // ---- Targets ------------------------------------------------------------------------------
   const targets = [];

@@ -1,12 +1,13 @@
 // Benchmarks of nestjs-zk-lock against the locks users would pick instead, side by side in one run.
 //
 //   npm run build && node bench/run.mjs [--quick] [--churn-seconds N] [--rounds N] [--round-ms N]
-//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,churn,keychurn]
+//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,churn,keychurn,app]
 //                                      [--profile] [--ensemble] [--no-curator] [--no-redis]
 //   (`npm run bench -- --quick` runs it)
 //
-//   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min); --quick: 2 × 800 ms, 20 s churn
-//   (~1.5 min); --profile adds V8 CPU profiles of raw, W1 and W2 (bench/results/profiles-<date>/).
+//   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min, and ~3.5 min of `app`); --quick:
+//   2 × 800 ms, 20 s churn (~1.5 min, and ~70 s of `app`); --profile adds V8 CPU profiles of raw, W1 and W2, and
+//   with app of one sample-app instance per set (bench/results/profiles-<date>/).
 //
 // A standalone ZooKeeper is started here (unless ZK_CONNECT is set; --ensemble: a 3-server quorum,
 // server CPU summed over the three), with ZooKeeper's default container reaping (every 60 s), and our own redis-server on a
@@ -33,6 +34,9 @@
 //   churn: a mix of acquires, tries, timeouts and semaphore leases; heap after GC before/after
 //   keychurn: every acquisition a new key; server znodes during and after, vs containers left to
 //       ZooKeeper's reaper (keys.mjs)
+//   app  the sample app (3 instances, 200 buyers over 1 000 events) with @WithLock and with
+//       LOCKS=off, alternating rounds: req/s, answers by status, instance CPU per request and the
+//       CPU per lock cycle (the difference); with --profile, a CPU profile of one instance of each (app.mjs)
 // Peers, alternating round by round (medians over rounds; latencies pooled):
 //   raw create+delete and exists round trips, our mutex without in-process coalescing
 //   (`coalesce: false`: one node per caller, as Curator), the naive "herd" lock, Curator's
@@ -41,18 +45,19 @@
 // Results: a table on stdout and bench/results/<date>.json.
 //
 // The parts: options.mjs (this command line), timed.mjs (one timed round of a peer),
-// workloads.mjs (each workload of a run), election.mjs (leadership handover; its agent side is
+// workloads.mjs (each workload of a run), app.mjs (the sample app), election.mjs (leadership handover; its agent side is
 // agent-election.mjs), keys.mjs (key churn; agent-keys.mjs), report.mjs (the tables), support.mjs (servers, agents,
 // statistics); scripts/support/zookeeper.mjs (the ZooKeeper runner, shared with the tests).
 import { spawnSync } from 'node:child_process';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { fourLetter } from '../scripts/support/zookeeper.mjs';
-import { opts, startedAt } from './options.mjs';
+import { opts, startedAt, wants } from './options.mjs';
 import { fmt, report } from './report.mjs';
 import { BENCH_DIR, prepareCurator, startRedis, withZooKeeper } from './support.mjs';
 import { runLeadership } from './election.mjs';
 import { runKeyChurn } from './keys.mjs';
+import { runApp } from './app.mjs';
 import { runAlternatingRounds, runChurn, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
 
 async function main() {
@@ -73,7 +78,7 @@ async function main() {
     );
 
     let redis;
-    if (opts.redis) {
+    if (opts.redis && ['w1', 'w2', 'w3'].some(wants)) {
       try {
         redis = await startRedis();
         if (!redis) console.log('Redis peer skipped: redis-server not installed (apt-get install -y --no-install-recommends redis-server)');
@@ -83,7 +88,7 @@ async function main() {
       }
     }
     let curatorArgs;
-    if (opts.curator) {
+    if (opts.curator && ['w1', 'w2', 'w3', 'leader'].some(wants)) {
       try {
         curatorArgs = prepareCurator();
       } catch (error) {
@@ -102,6 +107,7 @@ async function main() {
       await runRecipes(ctx, started.main);
       // Close the long-lived agents before the memory runs (fewer sessions, less noise).
       await Promise.all(agents.splice(0).map((a) => a.close()));
+      await runApp(ctx);
       await runScale(ctx);
       await runChurn(ctx);
       await runKeyChurn(ctx);

@@ -386,7 +386,7 @@ export function printTable(header, rows, align = []) {
  * the library's and the binding's functions (each sample counted once per distinct function on
  * its stack).
  */
-export function summarizeCpuProfile(file, top = 15) {
+export function summarizeCpuProfile(file, top = 15, { inclusiveOf = (/** @type {string} */ url) => url.includes('/dist/') || url.includes('node_modules/zookeeper') } = {}) {
   const profile = JSON.parse(readFileSync(file, 'utf8'));
   const byId = new Map(profile.nodes.map((n) => [n.id, n]));
   const parentOf = new Map();
@@ -397,7 +397,9 @@ export function summarizeCpuProfile(file, top = 15) {
   const total = [...selfUs.values()].reduce((a, b) => a + b, 0);
   const keyOf = (callFrame) => {
     const url = callFrame.url ?? '';
-    const short = url.replace(/^file:\/\//, '').replace(/^.*\/(dist|bench|node_modules)\//, '$1/');
+    const short = url.includes('/sample-app/')
+      ? url.replace(/^.*\/sample-app\/(dist\/)?/, 'sample-app/')
+      : url.replace(/^file:\/\//, '').replace(/^.*\/(dist|bench|node_modules)\//, '$1/');
     return `${callFrame.functionName || '(anonymous)'} ${short ? `${short}:${callFrame.lineNumber + 1}` : ''}`.trim();
   };
   const areaOf = (callFrame) => {
@@ -405,8 +407,11 @@ export function summarizeCpuProfile(file, top = 15) {
     if (callFrame.functionName === '(idle)') return 'idle';
     if (callFrame.functionName === '(garbage collector)') return 'GC';
     if (callFrame.functionName === '(program)') return 'native (libuv, ZooKeeper C client, V8)';
+    if (url.includes('/sample-app/')) return 'sample app';
     if (url.includes('/dist/')) return 'library (dist/)';
     if (url.includes('node_modules/zookeeper')) return 'zookeeper binding JS';
+    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
+    if (pkg) return `npm: ${pkg}`;
     if (url.startsWith('node:')) return 'node internals';
     if (url.includes('/bench/')) return 'bench harness';
     if (url === '') return 'builtins';
@@ -434,7 +439,7 @@ export function summarizeCpuProfile(file, top = 15) {
     for (let at = id; at !== undefined; at = parentOf.get(at)) {
       const cf = byId.get(at).callFrame;
       const url = cf.url ?? '';
-      if (!url.includes('/dist/') && !url.includes('node_modules/zookeeper')) continue;
+      if (!inclusiveOf(url)) continue;
       const k = keyOf(cf);
       if (seen.has(k)) continue;
       seen.add(k);

@@ -332,7 +332,7 @@ export async function runChurn({ config, agents, track, results }) {
 export async function runProfiles(ctx) {
   const { config, agents, track, results } = ctx;
   // ---- Profiles (opt-in): V8 sampling profiler over one measured window per workload ------
-  if (opts.profile) {
+  if (opts.profile && ['w1', 'w2'].some(wants)) {
     results.profiles = {};
     const dir = join(BENCH_DIR, 'results', `profiles-${stamp()}`);
     mkdirSync(dir, { recursive: true });

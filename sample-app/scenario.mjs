@@ -39,6 +39,7 @@ const MAIN = join(ROOT, 'sample-app', 'dist', 'main.js');
  * @property {string} [basePath]
  * @property {Record<string, string>} [env]
  * @property {number} [readyTimeoutMs]
+ * @property {string[]} [nodeArgs] Node options before the app's script (e.g. `--import` of a profiler)
  */
 /** @typedef {{ 201: number, 409: number, 410: number, other: number }} Counts */
 /** @typedef {{ done: number, total: number, counts: Counts }} Progress */
@@ -188,13 +189,13 @@ export async function stopAllInstances(options) {
  * @param {StartOptions} options
  * @returns {Promise<Instance[]>}
  */
-export async function startInstances({ count, names, zkConnect, databaseFile, logDir, locks = true, lockWaitMs, basePath, env = {}, readyTimeoutMs = 90_000 }) {
+export async function startInstances({ count, names, zkConnect, databaseFile, logDir, locks = true, lockWaitMs, basePath, env = {}, readyTimeoutMs = 90_000, nodeArgs = [] }) {
   mkdirSync(logDir, { recursive: true });
   const starts = [];
   for (const name of names ?? Array.from({ length: count ?? 0 }, (_, i) => `instance-${i + 1}`)) {
     const logFile = join(logDir, `${name}.log`);
     const log = createWriteStream(logFile, { flags: 'a' });
-    const child = spawn(process.execPath, [MAIN], {
+    const child = spawn(process.execPath, [...nodeArgs, MAIN], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
       env: {

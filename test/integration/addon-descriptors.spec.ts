@@ -44,6 +44,8 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
 
   it('is the build with the fix', async () => {
     const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../lib/core/zk-session.js');
-    expect(addonFixVersion()).toBe(ADDON_FIX_VERSION);
+    // The postinstall may build a later fix version than the library requires (8 adds the reply
+    // draining, a speed-up the library does not depend on).
+    expect(addonFixVersion()).toBeGreaterThanOrEqual(ADDON_FIX_VERSION);
   });
 });
