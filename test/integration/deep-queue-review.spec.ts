@@ -19,23 +19,13 @@ import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-pe
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, nameOf, notAcquired, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { prng } from '../support/prng.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
 
 const MARKERS = ['lock-'];
 
-/** A seeded PRNG (mulberry32), so that a failing chaos run can be replayed with DEEP_REVIEW_SEED. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function seedFor(label: string): number {
   const env = process.env.DEEP_REVIEW_SEED;

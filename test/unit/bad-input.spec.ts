@@ -11,18 +11,8 @@ import { Mutex } from '../../lib/core/mutex.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { prng } from '../support/prng.js';
 
-/** Deterministic PRNG (mulberry32), so a failure names a reproducible input. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 const random = prng(0x5eed);
 const int = (n: number) => Math.floor(random() * n);
 const SAFE = 'abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_:.@+=~ éжλ票';
