@@ -379,7 +379,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     // client gives up waiting for the server's answer to the close (1.5 s), and a signal that
     // aborts after that may come after the server freed the lock. So the successor becomes
     // current (what held on the old session is told it is gone), then the loss is announced,
-    // then the old handle is closed.
+    // then the old handle is closed. Until then it answers nothing (abandon): a reply read in
+    // between must not complete an acquire after its holders were told the session is gone.
+    session.abandon();
     this.openSession();
     this.setState('lost');
     this.emit('lost', reason, sessionId);

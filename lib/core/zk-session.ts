@@ -175,6 +175,13 @@ export interface ZkSession {
    */
   readonly lastAnsweredSentAt: number;
   close(): void;
+  /**
+   * The connection gave this session up (declared it lost) and will close it later: from now on
+   * it is closed to its users (`isClosed`), no answer resolves a request (they fail with
+   * SESSIONEXPIRED) and no watch event is delivered. A reply read between the loss and the
+   * close must not complete an acquire on a session whose holders were told it is gone.
+   */
+  abandon(): void;
   /** `acl` default: the binding's open ACL (world:anyone:cdrwa). */
   create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string>;
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }>;
@@ -286,7 +293,13 @@ export class NativeZkSession implements ZkSession {
   }
 
   get isClosed(): boolean {
-    return this.closed;
+    return this.closed || this.abandoned;
+  }
+
+  private abandoned = false;
+
+  abandon(): void {
+    this.abandoned = true;
   }
 
   close(): void {
@@ -401,6 +414,7 @@ export class NativeZkSession implements ZkSession {
    * listeners, the rest find none. Session events are not passed on (connection state covers them).
    */
   private dispatchWatch(type: WatchEventType, path: string): void {
+    if (this.abandoned) return;
     for (const listener of this.watches.take(type, path)) listener({ type, path });
   }
 
@@ -418,23 +432,26 @@ export class NativeZkSession implements ZkSession {
    * How many requests may be in flight: MAX_IN_FLIGHT alone is not enough, since a slow or starved
    * server can take longer than the session timeout to answer 1 000 (seen in a loaded test run),
    * and the deadline counts from the send time of the newest answered request. So the window
-   * starts at MIN_IN_FLIGHT, grows by one for each answer that came within an eighth of the
+   * starts at MIN_IN_FLIGHT, grows by one for each answer that came within a sixteenth of the
    * session timeout (doubling per round trip while the server keeps up) and halves for each one
-   * that took over a quarter: the queue at the server stays well inside the timeout.
+   * that took over an eighth: the queue at the server stays well inside the timeout. What is in
+   * flight cannot be called back: a server that slows down more than about 14 times within one
+   * such round trip ((T − margin) ÷ T/16) still answers too late, and the deadline, which cannot
+   * tell a slow server from a dead one, declares the session lost.
    */
   private window = MIN_IN_FLIGHT;
 
   private adaptWindow(roundTripMs: number): void {
     const timeoutMs = this.timeoutMs;
-    if (roundTripMs < timeoutMs / 8) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
-    else if (roundTripMs > timeoutMs / 4) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
+    if (roundTripMs < timeoutMs / 16) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
+    else if (roundTripMs > timeoutMs / 8) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
   }
 
   private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const dispatch = () => {
-        if (this.closed) {
-          reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
+        if (this.closed || this.abandoned) {
+          reject(new ZkError(this.closed ? ZkCode.INVALIDSTATE : ZkCode.SESSIONEXPIRED, operation, path));
           return;
         }
         this.inFlight++;
@@ -447,7 +464,8 @@ export class NativeZkSession implements ZkSession {
           settled = true;
           this.inFlight--;
           if (answered(code)) this.adaptWindow(performance.now() - sentAt);
-          if (code === ZkCode.OK) resolve(value);
+          if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
+          else if (code === ZkCode.OK) resolve(value);
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
         };
@@ -471,7 +489,7 @@ export class NativeZkSession implements ZkSession {
     if (this.draining) return;
     this.draining = true;
     try {
-      while (this.backlog.size > 0 && (this.closed || this.inFlight < this.window)) this.backlog.shift()!();
+      while (this.backlog.size > 0 && (this.closed || this.abandoned || this.inFlight < this.window)) this.backlog.shift()!();
     } finally {
       this.draining = false;
     }

@@ -714,7 +714,14 @@ export class InMemoryZkSession implements ZkSession {
     return this.state === 'connected' ? performance.now() : this.requests.lastAnsweredSentAt;
   }
   get isClosed(): boolean {
-    return this.state === 'closed';
+    return this.state === 'closed' || this.abandoned;
+  }
+
+  /** See ZkSession.abandon: answers after it fail with SESSIONEXPIRED, watch events are dropped. */
+  private abandoned = false;
+
+  abandon(): void {
+    this.abandoned = true;
   }
 
   close(): void {
@@ -875,6 +882,7 @@ export class InMemoryZkSession implements ZkSession {
 
   /** Fires once: `deleted` reaches data and child listeners, `child` child ones, the rest data ones. */
   private dispatchWatch(type: WatchEventType, path: string): void {
+    if (this.abandoned) return;
     for (const listener of this.watches.take(type, path)) {
       try {
         listener({ type, path });
@@ -887,6 +895,7 @@ export class InMemoryZkSession implements ZkSession {
   private call<T>(operation: string, path: string, validPath: boolean, run: (session: ServerSession) => T, answered?: (rc: number) => void): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       if (this.state === 'closed') return reject(new ZkError(ZkCode.INVALIDSTATE, operation, path));
+      if (this.abandoned) return reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
       if (!validPath) {
         answered?.(BADARGUMENTS);
         return reject(new ZkError(BADARGUMENTS, operation, path));
@@ -898,7 +907,8 @@ export class InMemoryZkSession implements ZkSession {
         answer: (code, value) => {
           heard(code); // only the server's answers move the deadline (as in NativeZkSession)
           answered?.(code);
-          if (code === ZkCode.OK) resolve(value as T);
+          if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
+          else if (code === ZkCode.OK) resolve(value as T);
           else reject(new ZkError(code, operation, path));
         },
       };
