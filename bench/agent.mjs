@@ -115,10 +115,11 @@ function openCounter(spec) {
 }
 
 /**
- * Two event-loop turns between the read and the write: the zookeeper binding delivers one
- * response per poll phase, so with a single setImmediate the read (poll phase) and the write
- * (check phase) would always fall in the same loop iteration and an unlocked run would pass
- * (checked with the `none` peer). The second turn lets the next poll phase run in between.
+ * Two event-loop turns between the read and the write: replies are read in the poll phase, so
+ * with a single setImmediate the read (poll phase) and the write (check phase) could fall in the
+ * same loop iteration and an unlocked run pass (checked with the `none` peer, when the addon
+ * delivered one reply per poll phase; since fix version 8 it delivers every reply the socket
+ * holds, each continuation still running in turn). The second turn lets a poll phase run between.
  */
 function yieldTurns() {
   return new Promise((resolve) => setImmediate(() => setImmediate(resolve)));
