@@ -6,7 +6,7 @@ import type { Lease } from '../../lib/core/lease.js';
 import { CreateMode, addonFixVersion, type NativeZkSession } from '../../lib/core/zk-session.js';
 import { ZkError } from '../../lib/core/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { closeAll, connect, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { whenAborted, within } from '../support/lock-test-helpers.js';
 
 afterAll(closeAll);
@@ -582,13 +582,13 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     for (let attempt = 0; attempt < 2 && outcomes.onLost === 0; attempt++) {
       outcomes.attempts++;
       const trialProxy = await TcpProxy.start(zkConnectString());
+      const base = uniquePath('e2e-gap');
       try {
         const h = await engine({ connectString: trialProxy.connectString, sessionTimeoutMs: 2000 });
         const session = h.connection.session!;
         const oldId = session.id;
         let lostAt = -1;
         h.connection.on('lost', () => (lostAt = performance.now()));
-        const base = uniquePath('e2e-gap');
         const leases: Promise<Lease | undefined>[] = [];
         let slowed = false;
         for (let i = 0; i < 4000 && lostAt < 0; i++) {
@@ -617,6 +617,9 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
       } finally {
         await closeAll();
         await trialProxy.close();
+        // Up to 4 000 empty lock paths: gone now rather than through the reaper's backlog.
+        await deleteTree(await connect(), base);
+        await closeAll();
       }
     }
     if (process.env.REVIEW_DEBUG) console.log(outcomes);
