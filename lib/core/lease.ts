@@ -166,20 +166,10 @@ export class NodeLease extends HeldLease implements SessionBound {
     return this.entry.session;
   }
 
-  /**
-   * Also checks the session's deadline on the clock (the timer may not have run yet after a
-   * stall), and that the session is still the connection's: a lease granted on a session given up
-   * since (its holders were told before this one existed) is lost.
-   */
+  /** Also checks the session's deadline on the clock (the timer may not have run yet after a stall). */
   override get isHeld(): boolean {
-    if (super.isHeld && !this.sessionGone()) this.engine.connection.checkDeadline();
-    if (super.isHeld && this.sessionGone()) this.lose('session-expired');
+    if (super.isHeld && this.engine.connection.session === this.entry.session) this.engine.connection.checkDeadline();
     return super.isHeld;
-  }
-
-  /** Our session is no longer the connection's (it was declared lost, or closed). */
-  private sessionGone(): boolean {
-    return this.engine.connection.session !== this.entry.session || this.entry.session.isClosed;
   }
   get path(): string {
     return this.entry.path;

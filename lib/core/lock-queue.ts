@@ -136,8 +136,6 @@ class QueueWaiter {
         const session = await this.connectedSession();
         if (this.pinned && session !== this.pinned) throw new SessionEndedError();
         const entry = await this.attempt(session);
-        // Granted on a session the connection has given up meanwhile: its node goes with it.
-        if (entry && (this.engine.connection.session !== session || session.isClosed)) continue;
         if (entry) return entry;
         // Our node or its session went away while we waited: queue again in the current session.
       }

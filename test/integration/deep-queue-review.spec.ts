@@ -11,13 +11,13 @@ import type { Lease } from '../../lib/core/lease.js';
 import { Leadership, type LeadershipTerm } from '../../lib/core/leadership.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { sortChildren } from '../../lib/core/lock-path.js';
-import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/mutex.js';
 import { revokeHolders } from '../../lib/core/revocation.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { delay, nameOf, notAcquired, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
+import { addedChild, contenders, delay, nameOf, notAcquired, queued, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { prng } from '../support/prng.js';
 
@@ -109,34 +109,13 @@ async function checkLowest(observer: ZkConnection, path: string, hold: Hold, mon
   monitor.violations.push(`${hold.who} holds ${node} with a live signal, but the queue is ${JSON.stringify(sorted)}`);
 }
 
-/** `count` engines (a session each) with a mutex each on `path`, like separate processes. */
-async function contenders(path: string, count: number, options: MutexOptions = { coalesce: false }) {
-  const engines = await Promise.all(Array.from({ length: count }, () => engine()));
-  return { engines, locks: engines.map((e) => new Mutex(e, 'review', path, options)) };
-}
-
-/** Starts an acquire and waits until the queue has `queued` nodes. */
-async function queue(observer: ZkConnection, path: string, lock: Mutex, queued: number, options = {}) {
-  let settled = false;
-  const acquiring = lock.acquire(options).finally(() => (settled = true));
-  acquiring.catch(() => undefined);
-  await untilChildCount(observer, path, queued);
-  return { acquiring, settled: () => settled };
-}
-
-function added(now: readonly string[], before: readonly string[]): string {
-  const fresh = now.filter((c) => !before.includes(c));
-  expect(fresh).toHaveLength(1);
-  return fresh[0]!;
-}
-
 /** Queues `locks` one after the other, returning each acquire and its node name, in queue order. */
 async function queueAll(observer: ZkConnection, path: string, locks: Mutex[], options: (i: number) => object = () => ({})) {
   const out: { acquiring: Promise<Lease>; settled: () => boolean; node: string }[] = [];
   for (const [i, lock] of locks.entries()) {
     const before = await childrenOf(observer, path);
-    const q = await queue(observer, path, lock, before.length + 1, options(i));
-    out.push({ ...q, node: added(await childrenOf(observer, path), before) });
+    const q = await queued(observer, path, lock, before.length + 1, options(i));
+    out.push({ ...q, node: addedChild(await childrenOf(observer, path), before) });
   }
   return out;
 }

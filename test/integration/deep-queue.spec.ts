@@ -2,30 +2,14 @@
 // ahead of it, lists again when that one goes (while its predecessor holds) and then holds on
 // its predecessor's deletion alone. These tests show the shortcut is taken and that predecessors
 // leaving without holding, or a waiting node deleted by someone else, never make two holders.
-import { Mutex } from '../../lib/core/mutex.js';
 import type { Lease } from '../../lib/core/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { childrenOf, closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
-import { notAcquired, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
+import { childrenOf, closeAll, connect, eventually, uniquePath } from '../support/helpers.js';
+import { addedChild, contenders, notAcquired, queued, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
 
 afterEach(closeAll);
 afterAll(closeAll);
-
-/** `count` engines (a session each) with a non-coalescing mutex on `path`, like separate processes. */
-async function contenders(path: string, count: number): Promise<{ engines: LockEngine[]; locks: Mutex[] }> {
-  const engines = await Promise.all(Array.from({ length: count }, () => engine()));
-  return { engines, locks: engines.map((e) => new Mutex(e, 'deep', path, { coalesce: false })) };
-}
-
-/** Starts an acquire and waits until its node is queued (the queue has `queued` nodes then). */
-async function queue(observer: ZkConnection, path: string, lock: Mutex, queued: number, options = {}) {
-  let settled = false;
-  const acquiring = lock.acquire(options).finally(() => (settled = true));
-  acquiring.catch(() => undefined);
-  await untilChildCount(observer, path, queued);
-  return { acquiring, settled: () => settled };
-}
 
 /** Counts the listings of the queue a session makes from now on. */
 function countListings(e: LockEngine): () => number {
@@ -36,23 +20,17 @@ function countListings(e: LockEngine): () => number {
   return () => listings;
 }
 
-function nodeOf(children: readonly string[], before: readonly string[]): string {
-  const added = children.filter((c) => !before.includes(c));
-  expect(added).toHaveLength(1);
-  return added[0]!;
-}
-
 describe('Deep queue handoff (real ZooKeeper, one session per waiter)', () => {
   it('a waiter further back lists again while its predecessor holds, and holds on the release alone', async () => {
     const observer = await connect();
     const path = uniquePath('deep-shortcut');
     const { engines, locks } = await contenders(path, 4);
     const head = await locks[0]!.acquire();
-    const a = await queue(observer, path, locks[1]!, 2);
+    const a = await queued(observer, path, locks[1]!, 2);
     const before = await untilChildCount(observer, path, 2);
-    const b = await queue(observer, path, locks[2]!, 3);
-    const bNode = nodeOf(await untilChildCount(observer, path, 3), before);
-    const c = await queue(observer, path, locks[3]!, 4);
+    const b = await queued(observer, path, locks[2]!, 3);
+    const bNode = addedChild(await untilChildCount(observer, path, 3), before);
+    const c = await queued(observer, path, locks[3]!, 4);
     const bListings = countListings(engines[2]!);
 
     await head.release();
@@ -78,10 +56,10 @@ describe('Deep queue handoff (real ZooKeeper, one session per waiter)', () => {
     const { engines, locks } = await contenders(path, 5);
     const head = await locks[0]!.acquire();
     const leaving = new AbortController();
-    const p = await queue(observer, path, locks[1]!, 2, { signal: leaving.signal });
-    const q = await queue(observer, path, locks[2]!, 3);
-    const b = await queue(observer, path, locks[3]!, 4);
-    const c = await queue(observer, path, locks[4]!, 5);
+    const p = await queued(observer, path, locks[1]!, 2, { signal: leaving.signal });
+    const q = await queued(observer, path, locks[2]!, 3);
+    const b = await queued(observer, path, locks[3]!, 4);
+    const c = await queued(observer, path, locks[4]!, 5);
 
     // p (right behind the head) gives up, and q (two behind it) goes with its session, while the head holds.
     leaving.abort();
@@ -114,10 +92,10 @@ describe('Deep queue handoff (real ZooKeeper, one session per waiter)', () => {
     const path = uniquePath('deep-foreign-delete');
     const { engines, locks } = await contenders(path, 3);
     const head = await locks[0]!.acquire();
-    const a = await queue(observer, path, locks[1]!, 2);
+    const a = await queued(observer, path, locks[1]!, 2);
     const before = await untilChildCount(observer, path, 2);
-    const b = await queue(observer, path, locks[2]!, 3);
-    const bNode = nodeOf(await untilChildCount(observer, path, 3), before);
+    const b = await queued(observer, path, locks[2]!, 3);
+    const bNode = addedChild(await untilChildCount(observer, path, 3), before);
 
     await observer.session!.delete(`${path}/${bNode}`);
     await untilChildCount(observer, path, 2);

@@ -2,7 +2,8 @@
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
 import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { childrenOf, eventually, zkConnectString } from './helpers.js';
+import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
+import { childrenOf, engine, eventually, zkConnectString } from './helpers.js';
 import { fourLetter } from './zk-server.js';
 
 export function nameOf(lease: Lease): string {
@@ -71,4 +72,26 @@ export function whenAborted(signal: AbortSignal, timeoutMs = 30_000): Promise<un
     const timer = setTimeout(() => reject(new Error(`signal did not abort within ${timeoutMs} ms`)), timeoutMs);
     signal.addEventListener('abort', () => (clearTimeout(timer), resolve(signal.reason)), { once: true });
   });
+}
+
+/** `count` engines (a session each) with a mutex each on `path` (one node per caller), like separate processes. */
+export async function contenders(path: string, count: number, options: MutexOptions = { coalesce: false }) {
+  const engines = await Promise.all(Array.from({ length: count }, () => engine()));
+  return { engines, locks: engines.map((e) => new Mutex(e, 'contended', path, options)) };
+}
+
+/** Starts an acquire and waits until its node is queued (the queue has `queued` nodes then). */
+export async function queued(observer: ZkConnection, path: string, lock: Mutex, queuedNodes: number, options = {}) {
+  let settled = false;
+  const acquiring = lock.acquire(options).finally(() => (settled = true));
+  acquiring.catch(() => undefined);
+  await untilChildCount(observer, path, queuedNodes);
+  return { acquiring, settled: () => settled };
+}
+
+/** The one child in `now` that was not in `before`. */
+export function addedChild(now: readonly string[], before: readonly string[]): string {
+  const fresh = now.filter((c) => !before.includes(c));
+  expect(fresh).toHaveLength(1);
+  return fresh[0]!;
 }
