@@ -298,8 +298,13 @@ describe('Deep queue review: a long queue, FIFO with leavers', () => {
     const head = await locks[0]!.acquire();
     const controllers = locks.map(() => new AbortController());
     const plan = locks.map((_, i) => (i === 0 ? 'stay' : (['stay', 'stay', 'abort', 'timeout', 'close', 'stay'] as const)[Math.floor(random() * 6)]!));
+    // The leavers go from START_MS on, once the whole queue stands (queueing 20 sessions on a
+    // loaded machine took longer than a timeout of 300 ms: the queue never reached its length).
+    const START_MS = 8_000;
+    const startAt = performance.now() + START_MS;
+    const untilStart = () => delay(Math.max(0, startAt - performance.now()));
     const queued = await queueAll(observer, path, locks.slice(1), (i) =>
-      plan[i + 1] === 'abort' ? { signal: controllers[i + 1]!.signal } : plan[i + 1] === 'timeout' ? { waitMs: 300 + Math.floor(random() * 600) } : {},
+      plan[i + 1] === 'abort' ? { signal: controllers[i + 1]!.signal } : plan[i + 1] === 'timeout' ? { waitMs: START_MS + Math.floor(random() * 600) } : {},
     );
     const leavers = queued.map((q, i) => ({ q, i: i + 1 })).filter(({ i }) => plan[i] !== 'stay');
     const monitor = new Monitor();
@@ -307,6 +312,7 @@ describe('Deep queue review: a long queue, FIFO with leavers', () => {
     // Leave at random moments over the next 600 ms (timeouts leave on their own).
     const leaving = Promise.all(
       leavers.map(async ({ i }) => {
+        await untilStart();
         await delay(random() * 600);
         if (plan[i] === 'abort') controllers[i]!.abort();
         if (plan[i] === 'close') await engines[i]!.connection.close();
@@ -329,6 +335,7 @@ describe('Deep queue review: a long queue, FIFO with leavers', () => {
         return lease !== undefined;
       }),
     );
+    await untilStart();
     await delay(random() * 100);
     await head.release();
     const got = await within(outcomes, 60_000, 'the queue');
