@@ -256,14 +256,17 @@ export class NodeLease extends HeldLease implements SessionBound {
    * since the holder's work is done and nothing it could do would help.
    */
   protected free(): Promise<void> {
-    const { session, path } = this.entry;
-    const work = this.engine.ops.deleteGuaranteed(session, path).then(() => this.engine.ops.paths.released(parentOf(path)), (error: unknown) => {
+    const { session, path, alone } = this.entry;
+    const { ops } = this.engine;
+    const work = ops.deleteGuaranteed(session, path).then(() => ops.paths.released(parentOf(path)), (error: unknown) => {
       this.engine.warn(
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
           `the lock stays taken until this session ends`,
       );
       publish('releaseFailed', () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
     });
+    // Sent (a session's requests go in order): a create of ours after this comes after the delete.
+    if (alone) ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence);
     this.engine.background(work);
     return work;
   }

@@ -87,6 +87,11 @@ export interface QueueEntry {
   fencingToken: bigint;
   /** Nodes in the last listing we saw (ours included): 1 means nobody else was queued then. */
   listed: number;
+  /**
+   * Set when that listing showed our node alone: the lock path's czxid and the sequence number
+   * its next create gets if nobody else makes a node first (see SequenceShortcut).
+   */
+  alone?: { parentCzxid: number; nextSequence: number };
 }
 
 /**
@@ -170,12 +175,16 @@ class QueueWaiter {
     const { parentPath } = this.spec;
     const prefix = newProtectedPrefix();
     const { nodeName, fixedSuffix } = this.spec;
+    const { shortcut } = this.engine.ops;
+    // Where our node was alone when we last released it, its number may prove it alone again.
+    const expected = fixedSuffix === undefined ? shortcut.expect(session, parentPath) : undefined;
     const created = this.engine.ops.createProtected(session, {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
       data: this.spec.data?.() ?? this.engine.nodeData(),
       sequential: fixedSuffix === undefined,
+      list: expected === undefined,
     });
     let path: string | undefined;
     let listing: Listing | undefined;
@@ -184,6 +193,7 @@ class QueueWaiter {
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
       const name = path.slice(parentPath.length + 1);
+      if (!listing && expected) listing = shortcut.confirm(expected, name, sequenceOf(name));
       for (;;) {
         listing ??= await this.untilCancelled(this.engine.ops.list(session, parentPath));
         if (!listing) return this.abandon(session, path);
@@ -226,7 +236,13 @@ class QueueWaiter {
   }
 
   private held(session: ZkSession, path: string, name: string, listing: Listing): QueueEntry {
-    return { session, path, name, fencingToken: fencingTokenOf(listing.parentCzxid, sequenceOf(name) ?? 0), listed: listing.children.length };
+    const sequence = sequenceOf(name);
+    const entry: QueueEntry = { session, path, name, fencingToken: fencingTokenOf(listing.parentCzxid, sequence ?? 0), listed: listing.children.length };
+    if (listing.children.length === 1 && sequence !== undefined && this.spec.fixedSuffix === undefined) {
+      entry.alone = { parentCzxid: listing.parentCzxid, nextSequence: sequence + 1 };
+      this.engine.ops.shortcut.heldAlone(session, this.spec.parentPath);
+    }
+    return entry;
   }
 
   private abandon(session: ZkSession, path: string): undefined {

@@ -3,6 +3,7 @@ import type { ZkConnection } from './zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import { CreateMode, type ZkAcl, type ZkSession } from './zk-session.js';
 import { LockPaths } from './lock-paths.js';
+import { SequenceShortcut } from './sequence-shortcut.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -37,11 +38,14 @@ export class ZkOperations {
   ) {
     this.acl = acl?.length ? acl : undefined;
     this.paths = new LockPaths(connection, maxIdleLockPaths);
+    this.shortcut = new SequenceShortcut(connection, (path) => this.paths.gone(path));
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;
   /** The lock paths we used: which exist (a hint), and which to delete once idle. */
   readonly paths: LockPaths;
+  /** Holding without a listing where we were last alone (see SequenceShortcut). */
+  readonly shortcut: SequenceShortcut;
 
   /**
    * Resolves true once `session` is connected again, false when it is gone (lost or closed). Used
@@ -105,19 +109,21 @@ export class ZkOperations {
 
   /**
    * Creates `parentPath/prefix+name` (ephemeral; sequential unless `sequential` is false) and, in
-   * the same round trip, lists the parent. The parents are made as containers when missing. A lost
-   * reply is recovered by finding the prefix after reconnecting to the same session. Resolves
-   * undefined when the session is gone (nothing of ours can survive then).
+   * the same round trip, lists the parent (unless `list` is false: the caller expects not to need
+   * it; a create that had to be tried again lists anyway). The parents are made as containers when
+   * missing. A lost reply is recovered by finding the prefix after reconnecting to the same
+   * session. Resolves undefined when the session is gone (nothing of ours can survive then).
    */
   async createProtected(
     session: ZkSession,
-    node: { parentPath: string; prefix: string; name: string; data: Buffer; sequential: boolean },
+    node: { parentPath: string; prefix: string; name: string; data: Buffer; sequential: boolean; list?: boolean },
   ): Promise<Created | undefined> {
     const { parentPath, prefix } = node;
     const target = joinPath(parentPath, prefix + node.name);
     const mode = node.sequential ? CreateMode.EPHEMERAL_SEQUENTIAL : CreateMode.EPHEMERAL;
     let madeParents = false;
     let maybeCreated = false;
+    let list = node.list !== false;
     for (;;) {
       try {
         if (maybeCreated) {
@@ -138,16 +144,17 @@ export class ZkOperations {
           this.makeLockPath(session, parentPath).catch(() => undefined);
         }
         const create = session.create(target, node.data, mode, this.acl);
-        const list = session.getChildren(parentPath);
-        list.catch(() => undefined);
+        const listing = list ? session.getChildren(parentPath) : undefined;
+        listing?.catch(() => undefined);
         const path = await create;
         this.paths.exists(parentPath);
-        const listed = await list.then(
+        const listed = await listing?.then(
           ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
           () => undefined,
         );
         return { path, listing: listed };
       } catch (error) {
+        list = true;
         if (isZkCode(error, ZkCode.NONODE) && !madeParents && this.paths.has(parentPath)) {
           // A path we knew is gone: ZooKeeper's reaper removes every empty container at its check
           // (a hot key's too, between two uses). The next round trip makes it again with the node,
