@@ -22,7 +22,7 @@
 //   W4  queue: 2/8/64 waiters (one session each), 5 ms hold: handoff latency, watch
 //       notifications and requests per release (server mntr counters)
 //   W5  many keys: 16 callers over 10 000 keys (random), 1 process and 4, after a warm-up that
-//       uses every key once in each process (that cold pass reported on its own); peer: raw
+//       uses every key twice in each process (both passes reported on their own); peer: raw
 //       create+delete with 64 outstanding; for context the same three requests a lock of this layout
 //       makes (create + listing, delete) without the library; exclusion checked per key
 //   W1 also with retainMs (the node kept for the next local holder)

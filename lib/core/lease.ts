@@ -259,6 +259,7 @@ export class NodeLease extends HeldLease implements SessionBound {
     const { session, path, alone } = this.entry;
     const { ops } = this.engine;
     const work = ops.deleteGuaranteed(session, path).then(() => ops.paths.released(parentOf(path)), (error: unknown) => {
+      ops.shortcut.releaseFailed(session, parentOf(path));
       this.engine.warn(
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
           `the lock stays taken until this session ends`,

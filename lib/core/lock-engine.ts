@@ -116,6 +116,7 @@ export class LockEngine {
       lost: (reason) => this.sessionGone(reason),
       state: (state) => {
         if (state === 'connected') return;
+        this.ops.shortcut.forgetAll();
         const listeners = [...this.disconnectListeners];
         this.disconnectListeners.clear();
         for (const listener of listeners) listener();
@@ -244,6 +245,7 @@ export class LockEngine {
     await Promise.all(held.map((item) => item.loseAndFree('shutdown')));
     await this.drain();
     this.detach();
+    this.ops.stop();
   }
 
   private untilNoneHeld(graceMs: number): Promise<void> {

@@ -184,7 +184,7 @@ class QueueWaiter {
       name: nodeName + (fixedSuffix ?? ''),
       data: this.spec.data?.() ?? this.engine.nodeData(),
       sequential: fixedSuffix === undefined,
-      list: expected === undefined,
+      list: expected === undefined || expected.list,
     });
     let path: string | undefined;
     let listing: Listing | undefined;
@@ -193,7 +193,8 @@ class QueueWaiter {
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
       const name = path.slice(parentPath.length + 1);
-      if (!listing && expected) listing = shortcut.confirm(expected, name, sequenceOf(name));
+      const proven = expected && shortcut.confirm(expected, name, sequenceOf(name));
+      listing ??= proven;
       for (;;) {
         listing ??= await this.untilCancelled(this.engine.ops.list(session, parentPath));
         if (!listing) return this.abandon(session, path);

@@ -1,4 +1,3 @@
-import type { ZkConnection } from './zk-connection.js';
 import type { Listing } from './zk-operations.js';
 import type { WatchListener, ZkSession } from './zk-session.js';
 
@@ -21,6 +20,12 @@ interface AloneRecord {
   /** Set when that node's delete was sent: the path's czxid and the sequence number the next create there gets if nobody else creates a node first. */
   parentCzxid: number;
   nextSequence: number | undefined;
+  /**
+   * The last create with an expectation here found another number (another process uses the
+   * key too): the next one goes with its listing as usual, so a miss does not cost a round trip
+   * each time; its number still says whether the shortcut would have held.
+   */
+  missed: boolean;
 }
 
 /** What a create sent with the shortcut expects; see `SequenceShortcut.confirm`. */
@@ -29,6 +34,8 @@ export interface Expectation {
   watch: ParentWatch;
   parentCzxid: number;
   sequence: number;
+  /** Send the listing with the create anyway (see AloneRecord.missed). */
+  list: boolean;
 }
 
 /**
@@ -58,14 +65,9 @@ export class SequenceShortcut {
   private readonly records = new Map<string, AloneRecord>();
 
   constructor(
-    connection: ZkConnection,
     /** The path's deletion was heard of. */
     private readonly onParentDeleted: (path: string) => void,
-  ) {
-    connection.on('state', (state: string) => {
-      if (state !== 'connected') this.forgetAll();
-    });
-  }
+  ) {}
 
   /** Before a sequential create in `parentPath`: what its number must be for the shortcut, if it applies. */
   expect(session: ZkSession, parentPath: string): Expectation | undefined {
@@ -73,15 +75,16 @@ export class SequenceShortcut {
     if (!record || record.session !== session || record.nextSequence === undefined) return undefined;
     const watch = record.watch;
     if (!watch || watch.spent || watch.czxid !== record.parentCzxid) return undefined;
-    return { record, watch, parentCzxid: record.parentCzxid, sequence: record.nextSequence };
+    return { record, watch, parentCzxid: record.parentCzxid, sequence: record.nextSequence, list: record.missed };
   }
 
   /** After the create: the listing its number proves (our node alone), or undefined (list to know). */
   confirm(expected: Expectation, name: string, sequence: number | undefined): Listing | undefined {
     const { record, watch } = expected;
     if (record.nextSequence === expected.sequence) record.nextSequence = undefined; // one create can match it
-    if (watch.spent || watch.czxid !== expected.parentCzxid || sequence !== expected.sequence) return undefined;
-    return { children: [name], parentCzxid: expected.parentCzxid };
+    if (watch.spent || watch.czxid !== expected.parentCzxid) return undefined;
+    record.missed = sequence !== expected.sequence;
+    return record.missed ? undefined : { children: [name], parentCzxid: expected.parentCzxid };
   }
 
   /**
@@ -94,9 +97,9 @@ export class SequenceShortcut {
     const watch: ParentWatch = {
       czxid: undefined,
       spent: false,
+      // The record stays (the key comes back): the next hold alone watches the path again.
       listener: (event) => {
         watch.spent = true;
-        if (this.records.get(parentPath)?.watch === watch) this.records.delete(parentPath);
         if (event.type === 'deleted') this.onParentDeleted(parentPath);
       },
     };
@@ -109,6 +112,7 @@ export class SequenceShortcut {
 
   /** The delete of our node, alone in `parentPath` when we took it, was just sent. */
   released(session: ZkSession, parentPath: string, parentCzxid: number, nextSequence: number): void {
+    if (session.isClosed) return;
     let record = this.records.get(parentPath);
     if (record && record.session !== session) {
       this.forget(parentPath, record);
@@ -117,7 +121,7 @@ export class SequenceShortcut {
     if (record) {
       this.records.delete(parentPath); // to the end of the order
     } else {
-      record = { session, watch: undefined, parentCzxid, nextSequence };
+      record = { session, watch: undefined, parentCzxid, nextSequence, missed: false };
       if (this.records.size >= MAX_PATHS) {
         const [oldestPath, oldest] = this.records.entries().next().value!;
         this.forget(oldestPath, oldest);
@@ -128,6 +132,12 @@ export class SequenceShortcut {
     this.records.set(parentPath, record);
   }
 
+  /** That delete was refused for good: our old node stays, so nothing is known any more. */
+  releaseFailed(session: ZkSession, parentPath: string): void {
+    const record = this.records.get(parentPath);
+    if (record?.session === session) this.forget(parentPath, record);
+  }
+
   private forget(parentPath: string, record: AloneRecord): void {
     this.records.delete(parentPath);
     const watch = record.watch;
@@ -136,7 +146,8 @@ export class SequenceShortcut {
     record.session.unwatch(parentPath, watch.listener);
   }
 
-  private forgetAll(): void {
+  /** On any disconnection (the engine calls it), and when the engine shuts down. */
+  forgetAll(): void {
     for (const [path, record] of [...this.records]) this.forget(path, record);
   }
 }

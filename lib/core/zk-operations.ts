@@ -38,7 +38,13 @@ export class ZkOperations {
   ) {
     this.acl = acl?.length ? acl : undefined;
     this.paths = new LockPaths(connection, maxIdleLockPaths);
-    this.shortcut = new SequenceShortcut(connection, (path) => this.paths.gone(path));
+    this.shortcut = new SequenceShortcut((path) => this.paths.gone(path));
+  }
+
+  /** The engine shut down (its connection may live on): no timer, watch or record stays behind. */
+  stop(): void {
+    this.paths.stop();
+    this.shortcut.forgetAll();
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;

@@ -9,45 +9,12 @@ import { Mutex } from '../../lib/core/mutex.js';
 import { sequenceOf } from '../../lib/core/lock-path.js';
 import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
-import { nameOf, notAcquired, untilChildCount } from '../support/lock-test-helpers.js';
+import { countRequests, cycles, lastingPath, nameOf, notAcquired, untilChildCount } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 afterEach(closeAll);
 
 const EMPTY = Buffer.alloc(0);
-
-/** Counts the requests a session sends from now on, by operation. */
-function countRequests(session: ZkSession): Record<string, number> {
-  const counts: Record<string, number> = {};
-  for (const op of ['create', 'getChildren', 'getData', 'exists', 'delete'] as const) {
-    const original = (session[op] as (...args: unknown[]) => unknown).bind(session);
-    (session as unknown as Record<string, unknown>)[op] = (...args: unknown[]) => ((counts[op] = (counts[op] ?? 0) + 1), original(...args));
-  }
-  return counts;
-}
-
-/**
- * A lock path that stays between uses: made persistent (the test server's reaper removes empty
- * containers every second, and a path made again rightly costs a listing).
- */
-async function lastingPath(label: string): Promise<string> {
-  const path = uniquePath(label);
-  const s = (await connect()).session!;
-  await s.create('/it', EMPTY, CreateMode.PERSISTENT).catch(() => undefined);
-  await s.create(path, EMPTY, CreateMode.PERSISTENT);
-  return path;
-}
-
-/** Takes and releases `lock` `times` times in a row. */
-async function cycles(lock: Mutex, times: number): Promise<Lease[]> {
-  const leases: Lease[] = [];
-  for (let i = 0; i < times; i++) {
-    const lease = await lock.acquire();
-    leases.push(lease);
-    await lease.release();
-  }
-  return leases;
-}
 
 /** A process that used `path` alone three times: its next acquire there expects the next number. */
 async function warmedUp(path: string, e?: LockEngine) {

@@ -3,7 +3,8 @@ import { LockNotAcquiredError } from '../../lib/core/errors.js';
 import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
-import { childrenOf, engine, eventually, zkConnectString } from './helpers.js';
+import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
+import { childrenOf, connect, engine, eventually, uniquePath, zkConnectString } from './helpers.js';
 import { fourLetter } from './zk-server.js';
 
 export function nameOf(lease: Lease): string {
@@ -94,4 +95,39 @@ export function addedChild(now: readonly string[], before: readonly string[]): s
   const fresh = now.filter((c) => !before.includes(c));
   expect(fresh).toHaveLength(1);
   return fresh[0]!;
+}
+
+/** Counts the requests a session sends from now on, by operation. */
+export function countRequests(session: ZkSession): Record<string, number> {
+  const counts: Record<string, number> = {};
+  for (const op of ['create', 'getChildren', 'getData', 'exists', 'delete'] as const) {
+    const original = (session[op] as (...args: unknown[]) => unknown).bind(session);
+    (session as unknown as Record<string, unknown>)[op] = (...args: unknown[]) => ((counts[op] = (counts[op] ?? 0) + 1), original(...args));
+  }
+  return counts;
+}
+
+/**
+ * A lock path (and `nested` paths under it, for recipes that nest) made persistent, so that it
+ * stays between uses: the test server's reaper removes empty containers every second.
+ */
+export async function lastingPath(label: string, nested: string[] = []): Promise<string> {
+  const path = uniquePath(label);
+  const s = (await connect()).session!;
+  const empty = Buffer.alloc(0);
+  await s.create('/it', empty, CreateMode.PERSISTENT).catch(() => undefined);
+  await s.create(path, empty, CreateMode.PERSISTENT);
+  for (const child of nested) await s.create(`${path}/${child}`, empty, CreateMode.PERSISTENT);
+  return path;
+}
+
+/** Takes and releases `lock` `times` times in a row. */
+export async function cycles(lock: { acquire(options?: object): Promise<Lease> }, times: number): Promise<Lease[]> {
+  const leases: Lease[] = [];
+  for (let i = 0; i < times; i++) {
+    const lease = await lock.acquire();
+    leases.push(lease);
+    await lease.release();
+  }
+  return leases;
 }
