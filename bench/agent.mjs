@@ -176,11 +176,12 @@ function herdLock(session, path) {
 /** W5's keys: distinct lock paths, picked uniformly at random. */
 const KEYS = 10_000;
 /**
- * W5's key paths: the raw-keys peer uses those of our one-process peer (W5), so that both find
- * them as often removed in between (ZooKeeper's reaper, our idle sweep); four processes (W5x4)
- * have their own.
+ * W5's key paths: 10 000 for our one-process peer (W5), 10 000 for four processes (W5x4) and
+ * 10 000 for the raw-keys peer. Not shared with the raw-keys peer: its nodes in our paths would be
+ * another process using our keys between our rounds (each costs our next acquire there its
+ * listing). ZooKeeper's reaper takes from all of them alike.
  */
-const keysBase = (path) => path.replace(/\/(W5(x4)?)-[^/]+$/, (_, workload) => `/${workload}-keys`);
+const keysBase = (path) => path.replace(/\/(W5(x4)?)-([^/]+)$/, (_, workload, _x4, peer) => `/${workload}-${peer === 'raw-keys' ? 'rawkeys' : 'keys'}`);
 /** The raw-keys peer's base paths whose 10 000 key paths are made. */
 const rawKeyPaths = new Set();
 const unlessExists = (error) => (error?.codeName === 'NODEEXISTS' ? undefined : Promise.reject(error));
