@@ -56,10 +56,10 @@ export interface Expectation {
  * path is gone, so the next acquire makes it in the same round trip as its node.
  *
  * Our own release is covered by the order of a session's requests: the record is made when our
- * delete is sent, so any create that reads it goes after that delete. The records and watches are
- * dropped on any disconnection (not needed for the proof: the C client sets its watches again,
- * first thing on the new connection, and the server then reports a changed or deleted path), and
- * belong to one session.
+ * delete is sent, so any create that reads it goes after that delete. The records and watches
+ * belong to one session and are dropped by the engine on any disconnection (not needed for the
+ * proof: the C client sets its watches again, first thing on the new connection, and the server
+ * then reports a changed or deleted path) and at its shutdown.
  */
 export class SequenceShortcut {
   private readonly records = new Map<string, AloneRecord>();
