@@ -258,7 +258,13 @@ export class NodeLease extends HeldLease implements SessionBound {
   protected free(): Promise<void> {
     const { session, path, alone } = this.entry;
     const { ops } = this.engine;
-    const work = ops.deleteGuaranteed(session, path).then(() => ops.paths.released(parentOf(path)), (error: unknown) => {
+    // Made as the delete is sent (a session's requests go in order, so a create of ours that reads
+    // it comes after the delete); it proves nothing until the delete succeeded.
+    let release: { deleted: boolean } | undefined;
+    const work = ops.deleteGuaranteed(session, path).then(() => {
+      if (release) release.deleted = true;
+      ops.paths.released(parentOf(path));
+    }, (error: unknown) => {
       ops.shortcut.releaseFailed(session, parentOf(path));
       this.engine.warn(
         `Could not delete lock node ${this.entry.path} of ${JSON.stringify(this.name)} on release (${String(error)}): ` +
@@ -266,8 +272,7 @@ export class NodeLease extends HeldLease implements SessionBound {
       );
       publish('releaseFailed', () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
     });
-    // Sent (a session's requests go in order): a create of ours after this comes after the delete.
-    if (alone) ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence);
+    if (alone) release = ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence);
     this.engine.background(work);
     return work;
   }

@@ -44,7 +44,7 @@ export class ZkOperations {
   /** The engine shut down (its connection may live on): no timer, watch or record stays behind. */
   stop(): void {
     this.paths.stop();
-    this.shortcut.forgetAll();
+    this.shortcut.stop();
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;

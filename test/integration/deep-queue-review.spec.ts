@@ -681,9 +681,14 @@ describe('Deep queue review: leadership with many participants', () => {
         leaders[i] = make(i, ++generation[i]!);
       }
     }
-    // Liveness: a leader shows up, and it is the lowest node.
+    // Liveness: a leader shows up, and it is the lowest node. A revocable leader asked to let go
+    // by the last action steps down and queues again in the background (a loaded run listed five
+    // participants before its new node was made): wait for all six nodes.
     const someone = () => leaders.find((l) => l.isLeader);
-    await eventually(() => someone() !== undefined, 20_000, 20);
+    await eventually(async () => {
+      const l = someone();
+      return l !== undefined && (await l.participants()).length === 6;
+    }, 20_000, 20);
     const leader = someone()!;
     const parts = await leader.participants();
     expect(parts[0]!.id).toBe(leader.participantId);

@@ -12,6 +12,7 @@ import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { Leadership } from '../../lib/core/leadership.js';
 import { sequenceOf } from '../../lib/core/lock-path.js';
+import { watchesOf } from '../../lib/core/sequence-shortcut.js';
 import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
@@ -491,16 +492,20 @@ describe('resources', () => {
     expect(connection.listenerCount('state')).toBe(before);
   });
 
-  // (Failed before the fix: nothing forgot the path watches at shutdown.)
-  it("an engine shut down on a connection that outlives it leaves no watch listener of its shortcut in the session", async () => {
+  // (Failed before the fix: nothing forgot the path watches at shutdown.) The C client keeps a
+  // watch until it fires, so the session keeps the path's watch (in a table of its own, counted
+  // against the reconnect packet's budget); what must not stay is anything of the engine.
+  it('an engine shut down on a connection that outlives it leaves nothing of it in the session\'s path watches', async () => {
     const connection = await connect();
     const path = await lastingPath('rv-shutdown-watch');
     const e = new LockEngine(connection, { app: 'jest' });
     await cycles(new Mutex(e, 'w', path, { coalesce: false }), 3);
     expect(shortcutArmed(e, path)).toBeDefined();
+    const watch = watchesOf(connection.session!).byPath.get(path)!;
+    expect(watch.onFired.size).toBe(1);
     await e.shutdown();
-    const watches = (connection.session as unknown as { watches: { data: Map<string, unknown[]> } }).watches;
-    expect(watches.data.get(path)).toBeUndefined();
+    expect(watch.onFired.size).toBe(0);
+    expect((e.ops.shortcut as unknown as { records: Map<string, unknown> }).records.size).toBe(0);
   });
 });
 
