@@ -3,6 +3,7 @@ import { Mutex } from '../../lib/core/mutex.js';
 import { CreateMode } from '../../lib/core/zk-session.js';
 import { closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
 import { startStandalone, type ZkServerHandle } from '../support/zk-server.js';
+import { recordCreates } from '../support/lock-test-helpers.js';
 
 afterAll(closeAll);
 
@@ -14,13 +15,7 @@ describe('lock paths: made with the node, deleted when idle', () => {
     const session = e.connection.session!;
     // A lock per key under one parent: the parent exists, the key's path does not yet.
     await (await new Mutex(e, 'k0', `${root}/k0`).acquire()).release();
-    const create = session.create.bind(session);
-    const outcomes: string[] = [];
-    session.create = (p, data, mode, acl) =>
-      create(p, data, mode, acl).then(
-        (made) => (outcomes.push(`${p === path ? 'path' : 'node'} ok`), made),
-        (error: { codeName?: string }) => (outcomes.push(`${p === path ? 'path' : 'node'} ${error.codeName}`), Promise.reject(error)),
-      );
+    const outcomes = recordCreates(session, (p) => (p === path ? 'path' : 'node'));
     const lease = await new Mutex(e, 'k1', path).acquire();
     expect(outcomes).toEqual(['path ok', 'node ok']);
     await lease.release();
@@ -34,14 +29,7 @@ describe('lock paths: made with the node, deleted when idle', () => {
     await (await new Mutex(e, 'k1', path).acquire()).release();
     // What the reaper does to an empty container (this test server's reaper may have done it already).
     await session.delete(path).catch((error: { codeName?: string }) => (error.codeName === 'NONODE' ? undefined : Promise.reject(error)));
-    const create = session.create.bind(session);
-    const outcomes: string[] = [];
-    const kind = (p: string) => (p === path ? 'path' : p.startsWith(`${path}/`) ? 'node' : 'ancestor');
-    session.create = (p, data, mode, acl) =>
-      create(p, data, mode, acl).then(
-        (made) => (outcomes.push(`${kind(p)} ok`), made),
-        (error: { codeName?: string }) => (outcomes.push(`${kind(p)} ${error.codeName}`), Promise.reject(error)),
-      );
+    const outcomes = recordCreates(session, (p) => (p === path ? 'path' : p.startsWith(`${path}/`) ? 'node' : 'ancestor'));
     const lease = await new Mutex(e, 'k1', path).acquire();
     // The create that finds the path gone, then the path and the node in one round trip; no
     // create of `${root}` or `${root}/deep` (each a failed write, NODEEXISTS).

@@ -16,8 +16,7 @@ import { watchesOf } from '../../lib/core/sequence-shortcut.js';
 import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, untilChildCount, within } from '../support/lock-test-helpers.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
+import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, untilChildCount, within, shortcutArmed, withProxy } from '../support/lock-test-helpers.js';
 import { prng } from '../support/prng.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 
@@ -25,23 +24,8 @@ afterEach(closeAll);
 
 const EMPTY = Buffer.alloc(0);
 
-function shortcutArmed(e: LockEngine, path: string) {
-  return e.ops.shortcut.expect(e.connection.session!, path);
-}
-
 /** A Curator-style foreign mutex node (protected, sequential). */
 const foreignLock = (s: ZkSession, p: string, marker = 'lock-') => s.create(`${p}/_c_00000000-0000-4000-8000-000000000000-${marker}`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL);
-
-async function withProxy<T>(run: (proxy: TcpProxy) => Promise<T>): Promise<T> {
-  const proxy = await TcpProxy.start(zkConnectString());
-  try {
-    return await run(proxy);
-  } finally {
-    proxy.forward();
-    await closeAll();
-    await proxy.close();
-  }
-}
 
 describe('foreign nodes in the queue between our release and our next create', () => {
   it('a foreign mutex node that stays (created after our release): we neither hold nor hold on a second try, and hold once it goes', async () => {

@@ -8,29 +8,13 @@ import { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { CreateMode, ZkPerm } from '../../lib/core/zk-session.js';
-import { childrenOf, closeAll, connect, deleteTree, engine, eventually, nextEvent, zkConnectString } from '../support/helpers.js';
-import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, within } from '../support/lock-test-helpers.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
+import { childrenOf, closeAll, connect, deleteTree, engine, eventually, nextEvent } from '../support/helpers.js';
+import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, within, shortcutArmed, withProxy } from '../support/lock-test-helpers.js';
 import { watchesOf } from '../../lib/core/sequence-shortcut.js';
 
 afterEach(closeAll);
 
 const EMPTY = Buffer.alloc(0);
-
-function shortcutArmed(e: LockEngine, path: string) {
-  return e.ops.shortcut.expect(e.connection.session!, path);
-}
-
-async function withProxy<T>(run: (proxy: TcpProxy) => Promise<T>): Promise<T> {
-  const proxy = await TcpProxy.start(zkConnectString());
-  try {
-    return await run(proxy);
-  } finally {
-    proxy.forward();
-    await closeAll();
-    await proxy.close();
-  }
-}
 
 describe('SequenceShortcut, second review', () => {
   it('a refused delete (the path lost DELETE for us) with the next acquire sent in the same tick: the record is forgotten before that create is confirmed, and we do not hold behind our own node that stayed', async () => {

@@ -3,13 +3,12 @@
 // ZooKeeper's numbering the proof stands on, that the shortcut is taken (two requests per
 // acquisition, as raw create+delete), and that anything else in the queue since our release (a
 // contender, a foreign node of any kind, the path made again) makes us list and queue instead.
-import type { Lease } from '../../lib/core/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import { sequenceOf } from '../../lib/core/lock-path.js';
 import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
-import { countRequests, cycles, lastingPath, nameOf, notAcquired, untilChildCount } from '../support/lock-test-helpers.js';
+import { countRequests, cycles, lastingPath, nameOf, notAcquired, recordCreates, untilChildCount } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 afterEach(closeAll);
@@ -149,14 +148,7 @@ describe('Holding without a listing where our node was last alone', () => {
     const { e, lock } = await warmedUp(path);
     expect(e.ops.shortcut.expect(e.connection.session!, path)).toBeDefined(); // the path is watched
     await (await connect()).session!.delete(path);
-    const session = e.connection.session!;
-    const create = session.create.bind(session);
-    const outcomes: string[] = [];
-    session.create = (p, data, mode, acl) =>
-      create(p, data, mode, acl).then(
-        (made) => (outcomes.push(`${p === path ? 'path' : 'node'} ok`), made),
-        (error: { codeName?: string }) => (outcomes.push(`${p === path ? 'path' : 'node'} ${error.codeName}`), Promise.reject(error)),
-      );
+    const outcomes = recordCreates(e.connection.session!, (p) => (p === path ? 'path' : 'node'));
     await eventually(() => !e.ops.paths.has(path), 10_000, 10);
     const lease = await lock.acquire();
     expect(outcomes).toEqual(['path ok', 'node ok']);

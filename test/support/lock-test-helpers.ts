@@ -4,7 +4,9 @@ import type { Lease } from '../../lib/core/lease.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
 import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
-import { childrenOf, connect, engine, eventually, uniquePath, zkConnectString } from './helpers.js';
+import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from './helpers.js';
+import { TcpProxy } from './tcp-proxy.js';
+import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { fourLetter } from './zk-server.js';
 
 export function nameOf(lease: Lease): string {
@@ -130,4 +132,36 @@ export async function cycles(lock: { acquire(options?: object): Promise<Lease> }
     await lease.release();
   }
   return leases;
+}
+
+/** What the engine's next sequential create in `path` expects (the shortcut is in place), if anything. */
+export function shortcutArmed(e: LockEngine, path: string) {
+  return e.ops.shortcut.expect(e.connection.session!, path);
+}
+
+/** Runs `run` with a TCP proxy in front of the test ZooKeeper; closes every connection and the proxy after. */
+export async function withProxy<T>(run: (proxy: TcpProxy) => Promise<T>): Promise<T> {
+  const proxy = await TcpProxy.start(zkConnectString());
+  try {
+    return await run(proxy);
+  } finally {
+    proxy.forward();
+    await closeAll();
+    await proxy.close();
+  }
+}
+
+/**
+ * Records the outcome of each create `session` makes from now on, as "<kind> ok" or "<kind>
+ * <code>", `kind` naming the path ('path', 'node', ...).
+ */
+export function recordCreates(session: ZkSession, kind: (path: string) => string): string[] {
+  const create = session.create.bind(session);
+  const outcomes: string[] = [];
+  session.create = (p, data, mode, acl) =>
+    create(p, data, mode, acl).then(
+      (made) => (outcomes.push(`${kind(p)} ok`), made),
+      (error: { codeName?: string }) => (outcomes.push(`${kind(p)} ${error.codeName}`), Promise.reject(error)),
+    );
+  return outcomes;
 }
