@@ -1,3 +1,4 @@
+import { jest } from '@jest/globals';
 import 'reflect-metadata';
 import { Cron, Interval, Timeout } from '@nestjs/schedule';
 import { defaultJobHoldMs, FALLBACK_CRON_HOLD_MS, MAX_DEFAULT_HOLD_MS } from '../../lib/nest/job-schedule.js';
@@ -26,8 +27,24 @@ describe("a scheduled job's default minHoldMs (from its schedule)", () => {
     expect(Math.abs(hold - (untilNext - Math.min(1000, untilNext / 4)))).toBeLessThan(100);
   });
 
-  it('@Cron hourly: at most a minute', () => {
-    expect(defaultJobHoldMs(job(Cron('0 0 * * * *')), 'Jobs.run')).toBe(MAX_DEFAULT_HOLD_MS);
+  it('@Cron hourly: at most a minute (read at 10:10, as when it fired at 10:00 and still runs)', () => {
+    // A fixed clock: read in the minute before the hour, "until a second before the next run" is
+    // less than a minute (a fresh-clone run at 06:59:13 got 46 201 ms).
+    jest.useFakeTimers({ now: new Date('2026-01-01T10:10:00Z'), doNotFake: ['nextTick', 'setImmediate', 'setTimeout', 'setInterval', 'queueMicrotask'] });
+    try {
+      expect(defaultJobHoldMs(job(Cron('0 0 * * * *')), 'Jobs.run')).toBe(MAX_DEFAULT_HOLD_MS);
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  it('@Cron hourly, read 30 s before the hour: until a second before the next run', () => {
+    jest.useFakeTimers({ now: new Date('2026-01-01T10:59:30Z'), doNotFake: ['nextTick', 'setImmediate', 'setTimeout', 'setInterval', 'queueMicrotask'] });
+    try {
+      expect(defaultJobHoldMs(job(Cron('0 0 * * * *')), 'Jobs.run')).toBe(29_000);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('@Cron with a schedule cron cannot read: the fallback (every cron schedule fires at most once a second)', () => {
