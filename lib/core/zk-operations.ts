@@ -41,7 +41,11 @@ export class ZkOperations {
     this.shortcut = new SequenceShortcut((path) => this.paths.gone(path));
   }
 
-  /** The engine shut down (its connection may live on): no timer, watch or record stays behind. */
+  /**
+   * The engine shut down (its connection may live on): no timer, record or listener of it stays
+   * behind. The session keeps the shortcut's path watches until they fire (the C client cannot
+   * drop one; they are counted in the session's budget, see SequenceShortcut).
+   */
   stop(): void {
     this.paths.stop();
     this.shortcut.stop();
