@@ -49,6 +49,11 @@
 // child process spawned by the app no longer inherits them (while such a child lived, the client
 // could not reconnect, and the addon could declare a live session expired).
 //
+// And a_multi: several creates and deletes in one request, applied all or none as one transaction
+// (ZooKeeper's multi; the binding had none). The library sends the lock-node writes a session makes
+// in one turn of the event loop that way: one request, one reply and one transaction at the server
+// instead of one each (see ZkSession's batching).
+//
 // The rebuilt addon carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX (the fix's version),
 // which the library checks.
 'use strict';
@@ -57,7 +62,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 8;
+const FIX_VERSION = 9;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {
@@ -187,6 +192,116 @@ const ADDON_HUNKS = [
         }
 
         if (rc == ZOK) {`,
+  },
+  {
+    before: `    static void void_completion (int rc, const void *data) {`,
+    after: `    // ${MARKER}: writes applied all or none in one request (one transaction):
+    // a_multi([{ type: 1 (create), path, data, flags, acl? } | { type: 2 (delete), path, version }], cb)
+    // and cb(rc, error, [{ rc, path? }]): rc is the whole request's; a create's path when it was made.
+    // The C client serializes the request before zoo_amulti returns; the results (and the buffers
+    // the created paths are copied into) live until the completion.
+#define NESTJS_ZK_LOCK_NO_RESULT 1
+    struct multi_completion_data {
+        Nan::Callback *cb;
+        int count;
+        zoo_op_result_t *results;
+        char **paths;
+    };
+
+    static void free_multi (struct multi_completion_data *d) {
+        for (int i = 0; i < d->count; i++) free(d->paths[i]);
+        free(d->paths);
+        free(d->results);
+        free(d);
+    }
+
+    static void multi_completion (int rc, const void *data) {
+        struct multi_completion_data *d = (struct multi_completion_data *) data;
+        void *cb = (void *) d->cb;
+        {
+            CALLBACK_PROLOG(3);
+            Local<Array> results = Nan::New<Array>(d->count);
+            for (int i = 0; i < d->count; i++) {
+                Local<Object> r = Nan::New<Object>();
+                // An op the server did not answer for (connection loss) has the request's code.
+                int err = d->results[i].err == NESTJS_ZK_LOCK_NO_RESULT ? rc : d->results[i].err;
+                Nan::Set(r, LOCAL_STRING("rc"), Nan::New<Int32>(err));
+                if (rc == ZOK && d->paths[i] && d->results[i].err == ZOK && d->results[i].value) {
+                    Nan::Set(r, LOCAL_STRING("path"), LOCAL_STRING(d->results[i].value));
+                }
+                Nan::Set(results, i, r);
+            }
+            argv[2] = results;
+            CALLBACK_EPILOG();
+        }
+        free_multi(d);
+    }
+
+    static void AMulti(const Nan::FunctionCallbackInfo<Value>& info) {
+        A_METHOD_PROLOG(2);
+        Local<Array> arr = Local<Array>::Cast(info[0]);
+        int count = arr->Length();
+        THROW_IF_NOT (count > 0, "a_multi: expected at least one op");
+        struct multi_completion_data *d = (struct multi_completion_data *) calloc(1, sizeof(struct multi_completion_data));
+        d->cb = cb;
+        d->count = count;
+        d->results = (zoo_op_result_t *) calloc(count, sizeof(zoo_op_result_t));
+        d->paths = (char **) calloc(count, sizeof(char *));
+        for (int i = 0; i < count; i++) d->results[i].err = NESTJS_ZK_LOCK_NO_RESULT;
+        zoo_op_t *ops = (zoo_op_t *) calloc(count, sizeof(zoo_op_t));
+        // What the ops point to, kept until zoo_amulti has serialized them.
+        char **strings = (char **) calloc(count * 2, sizeof(char *));
+        struct ACL_vector **acls = (struct ACL_vector **) calloc(count, sizeof(struct ACL_vector *));
+        int ret = ZOK;
+        for (int i = 0; i < count && ret == ZOK; i++) {
+            Local<Object> op = toLocalObj(Nan::Get(arr, i).ToLocalChecked());
+            int type = toInt(Nan::Get(op, LOCAL_STRING("type")).ToLocalChecked());
+            Nan::Utf8String path (toString(Nan::Get(op, LOCAL_STRING("path")).ToLocalChecked()));
+            strings[i * 2] = strdup(*path);
+            if (type == ZOO_CREATE_OP) {
+                Local<Value> data = Nan::Get(op, LOCAL_STRING("data")).ToLocalChecked();
+                int datalen = Buffer::HasInstance(data) ? BufferLength(toLocalObj(data)) : 0;
+                strings[i * 2 + 1] = (char *) malloc(datalen + 1);
+                if (datalen > 0) memcpy(strings[i * 2 + 1], BufferData(toLocalObj(data)), datalen);
+                uint32_t flags = toUint(Nan::Get(op, LOCAL_STRING("flags")).ToLocalChecked());
+                Local<Value> acl = Nan::Get(op, LOCAL_STRING("acl")).ToLocalChecked();
+                if (acl->IsArray()) acls[i] = zk->createAclVector(Local<Array>::Cast(acl));
+                int buflen = path.length() + 32;
+                d->paths[i] = (char *) calloc(buflen, 1);
+                zoo_create_op_init(&ops[i], strings[i * 2], strings[i * 2 + 1], datalen,
+                                   acls[i] ? acls[i] : &ZOO_OPEN_ACL_UNSAFE, flags, d->paths[i], buflen);
+            } else if (type == ZOO_DELETE_OP) {
+                zoo_delete_op_init(&ops[i], strings[i * 2], toInt(Nan::Get(op, LOCAL_STRING("version")).ToLocalChecked()));
+            } else {
+                ret = ZBADARGUMENTS;
+            }
+        }
+        if (ret == ZOK) ret = zk->zhandle ? zoo_amulti(zk->zhandle, count, ops, d->results, multi_completion, d) : ZINVALIDSTATE;
+        for (int i = 0; i < count; i++) {
+            free(strings[i * 2]);
+            free(strings[i * 2 + 1]);
+            if (acls[i]) {
+                deallocate_ACL_vector(acls[i]);
+                free(acls[i]);
+            }
+        }
+        free(strings);
+        free(acls);
+        free(ops);
+        // Not sent: no completion will come.
+        if (ret != ZOK) {
+            delete d->cb;
+            free_multi(d);
+        }
+        zk->dropClosedSocket();
+        RETURN_VALUE(info, Nan::New<Int32>(ret));
+    }
+
+    static void void_completion (int rc, const void *data) {`,
+  },
+  {
+    before: `        Nan::SetPrototypeMethod(constructor_template,  "a_delete_",  ADelete);\n`,
+    after: `        Nan::SetPrototypeMethod(constructor_template,  "a_delete_",  ADelete);\n        Nan::SetPrototypeMethod(constructor_template,  "a_multi",  AMulti);\n`,
   },
   {
     before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,
