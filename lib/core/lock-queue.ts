@@ -193,6 +193,7 @@ class QueueWaiter {
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
       const name = path.slice(parentPath.length + 1);
+      if (expected && !listing && !expected.release.deleted) await this.untilCancelled(expected.release.settled);
       const proven = expected && shortcut.confirm(expected, name, sequenceOf(name));
       listing ??= proven;
       for (;;) {

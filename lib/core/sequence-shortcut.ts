@@ -43,8 +43,13 @@ export function watchesOf(session: ZkSession): SessionWatches {
 interface AloneRelease {
   parentCzxid: number;
   nextSequence: number;
-  /** Its delete succeeded (its reply, and so its handlers, come before any later create's). */
+  /** Its delete succeeded (its reply comes before any later create's; see `settled`). */
   deleted: boolean;
+  /**
+   * Settles once the delete's outcome is known. The reply comes first, but its handlers may run
+   * after the create's when both answers come together (one multi request, or one read).
+   */
+  settled: Promise<unknown>;
 }
 
 /** What we know of one lock path where our node was last the only one. */
@@ -175,7 +180,7 @@ export class SequenceShortcut {
   }
 
   /** The delete of our node, alone in `parentPath` when we took it, was just sent. */
-  released(session: ZkSession, parentPath: string, parentCzxid: number, nextSequence: number): AloneRelease | undefined {
+  released(session: ZkSession, parentPath: string, parentCzxid: number, nextSequence: number, settled: Promise<unknown>): AloneRelease | undefined {
     if (session.isClosed) return undefined;
     let record = this.records.get(parentPath);
     if (record && record.session !== session) record = undefined;
@@ -184,7 +189,7 @@ export class SequenceShortcut {
       record = { session, release: undefined, missed: false };
       if (this.records.size >= MAX_PATHS) this.records.delete(this.records.keys().next().value!);
     }
-    record.release = { parentCzxid, nextSequence, deleted: false };
+    record.release = { parentCzxid, nextSequence, deleted: false, settled };
     this.records.set(parentPath, record);
     return record.release;
   }

@@ -36,6 +36,8 @@ const CODE_NAMES: Record<number, string> = {
 
 export const ZkCode = {
   OK: 0,
+  /** A write of a multi request that was not applied because another one of it failed (see WriteBatcher). */
+  RUNTIMEINCONSISTENCY: -2,
   CONNECTIONLOSS: -4,
   OPERATIONTIMEOUT: -7,
   INVALIDSTATE: -9,

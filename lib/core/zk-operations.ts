@@ -6,6 +6,8 @@ import { LockPaths } from './lock-paths.js';
 import { SequenceShortcut } from './sequence-shortcut.js';
 
 const EMPTY = Buffer.alloc(0);
+/** Our lock nodes' creates and deletes may share a multi request (see WriteBatcher). */
+const BATCHABLE = { batchable: true };
 
 /** A queue's children as one listing saw them, with the parent's czxid (for fencing tokens). */
 export interface Listing {
@@ -153,7 +155,7 @@ export class ZkOperations {
           for (const ancestor of ancestorsOf(parentPath)) if (!this.paths.has(ancestor)) void this.ancestorMade(session, ancestor);
           this.makeLockPath(session, parentPath).catch(() => undefined);
         }
-        const create = session.create(target, node.data, mode, this.acl);
+        const create = session.create(target, node.data, mode, this.acl, BATCHABLE);
         const listing = list ? session.getChildren(parentPath) : undefined;
         listing?.catch(() => undefined);
         const path = await create;
@@ -165,6 +167,7 @@ export class ZkOperations {
         return { path, listing: listed };
       } catch (error) {
         list = true;
+        if (isZkCode(error, ZkCode.RUNTIMEINCONSISTENCY)) continue; // not made: its batch failed on another write
         if (isZkCode(error, ZkCode.NONODE) && !madeParents && this.paths.has(parentPath)) {
           // A path we knew is gone: ZooKeeper's reaper removes every empty container at its check
           // (a hot key's too, between two uses). The next round trip makes it again with the node,
@@ -219,10 +222,11 @@ export class ZkOperations {
     for (;;) {
       if (session.isClosed || this.connection.session !== session) return;
       try {
-        await session.delete(path);
+        await session.delete(path, -1, BATCHABLE);
         return;
       } catch (error) {
         if (isZkCode(error, ZkCode.NONODE)) return;
+        if (isZkCode(error, ZkCode.RUNTIMEINCONSISTENCY)) continue; // not applied: its batch failed on another write
         if (!(error instanceof ZkError) || !error.isConnectionError) {
           if (error instanceof ZkError && error.isSessionGone) return;
           throw error;

@@ -3,6 +3,7 @@ import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
 import { ClientWatches, RequestClock, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
 import { ZkLockError } from './errors.js';
+import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from './write-batch.js';
 
 // `zookeeper` is a CommonJS native addon, loaded through require (one copy of the binding for the
 // ES module and CommonJS builds) and only when a session is opened: `nestjs-zk-lock/testing` and
@@ -69,6 +70,8 @@ interface NativeOps {
   a_set_acl(path: string, version: number, acl: NativeAcl[], cb: (rc: number, err: string) => void): number;
   a_get_acl(path: string, cb: (rc: number, err: string, acl: { perms: number; scheme: string; auth: string }[], stat: ZkStat) => void): number;
   add_auth(scheme: string, auth: string, cb: (rc: number, err: string) => void): number;
+  /** Added by our patch of the addon (fix version 9): ZooKeeper's multi (creates and deletes). */
+  a_multi?: MultiCall;
 }
 
 interface NativeAcl {
@@ -183,13 +186,13 @@ export interface ZkSession {
    */
   abandon(): void;
   /** `acl` default: the binding's open ACL (world:anyone:cdrwa). */
-  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string>;
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[], options?: WriteOptions): Promise<string>;
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }>;
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }>;
   /** Resolves null when the node does not exist (the watch then fires on its creation). */
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null>;
   setData(path: string, data: Buffer, version?: number): Promise<ZkStat>;
-  delete(path: string, version?: number): Promise<void>;
+  delete(path: string, version?: number, options?: WriteOptions): Promise<void>;
   sync(path: string): Promise<void>;
   setAcl(path: string, acl: readonly ZkAcl[], version?: number): Promise<void>;
   getAcl(path: string): Promise<ZkAcl[]>;
@@ -198,6 +201,15 @@ export interface ZkSession {
   unwatch(path: string, listener: WatchListener): void;
   /** How long the oldest request still waiting for its answer has waited (0 if none). */
   unansweredForMs(): number;
+}
+
+export interface WriteOptions {
+  /**
+   * May go in one multi request with the session's other batchable writes (see WriteBatcher).
+   * Then it can fail with RUNTIMEINCONSISTENCY: not applied, because another write of its batch
+   * failed; the caller sends it again.
+   */
+  batchable?: boolean;
 }
 
 /** Opens a session: `events` are called as it connects, disconnects and closes. */
@@ -249,6 +261,8 @@ export class NativeZkSession implements ZkSession {
     }
     this.native = new (loadAddon())(config);
     this.ops = this.native.native ?? this.native;
+    const multi = this.ops.a_multi?.bind(this.ops);
+    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
     this.native.on('connect', () => {
       // A new session holds nothing until a request sent after this moment is answered, so its
       // deadline may start here. A reconnect of the same session proves nothing about when the
@@ -263,6 +277,7 @@ export class NativeZkSession implements ZkSession {
     }
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
+      this.batcher.failQueued(ZkCode.INVALIDSTATE);
       this.dispatchBacklog();
       events.onClosed(typeof code === 'number' ? code : 0);
     });
@@ -300,6 +315,7 @@ export class NativeZkSession implements ZkSession {
 
   abandon(): void {
     this.abandoned = true;
+    this.batcher.failQueued(ZkCode.SESSIONEXPIRED);
   }
 
   close(): void {
@@ -308,15 +324,23 @@ export class NativeZkSession implements ZkSession {
     this.native.close();
     this.native.removeAllListeners();
     this.watches.clear();
+    this.batcher.failQueued(ZkCode.INVALIDSTATE);
     this.dispatchBacklog();
   }
 
-  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string> {
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[], options?: WriteOptions): Promise<string> {
     if (acl && !this.ops.a_create_acl) return this.createThenRestrict(path, data, mode, acl);
-    return this.call('create', path, (done) =>
-      acl
-        ? this.ops.a_create_acl!(path, data, mode, toNativeAcl(acl), (rc, _e, created) => done(rc, created))
-        : this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
+    const nativeAcl = acl && toNativeAcl(acl);
+    const write: MultiOp | undefined = options?.batchable ? { type: MultiOpType.CREATE, path, data, flags: mode, acl: nativeAcl } : undefined;
+    return this.call(
+      'create',
+      path,
+      (done) =>
+        nativeAcl
+          ? this.ops.a_create_acl!(path, data, mode, nativeAcl, (rc, _e, created) => done(rc, created))
+          : this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
+      undefined,
+      write,
     );
   }
 
@@ -331,27 +355,36 @@ export class NativeZkSession implements ZkSession {
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
-    return this.call('getChildren', path, (done) =>
-      this.watched('child', path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
-        this.ops.a_get_children2(path, w, (rc, _e, children, stat) => (registered(rc), done(rc, { children, stat }))),
-      ),
+    return this.call(
+      'getChildren',
+      path,
+      (done) => this.ops.a_get_children2(path, watch !== undefined, (rc, _e, children, stat) => done(rc, { children, stat })),
+      path,
+      undefined,
+      watch && { kind: 'child', listener: watch },
     );
   }
 
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
-    return this.call('getData', path, (done) =>
-      this.watched('data', path, watch, (rc) => rc === ZkCode.OK, (w, registered) =>
-        this.ops.a_get(path, w, (rc, _e, stat, data) => (registered(rc), done(rc, { data: data ?? Buffer.alloc(0), stat }))),
-      ),
+    return this.call(
+      'getData',
+      path,
+      (done) => this.ops.a_get(path, watch !== undefined, (rc, _e, stat, data) => done(rc, { data: data ?? Buffer.alloc(0), stat })),
+      path,
+      undefined,
+      watch && { kind: 'data', listener: watch },
     );
   }
 
   /** Resolves null when the node does not exist (the watch then fires on its creation). */
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
-    return this.call<ZkStat | null>('exists', path, (done) =>
-      this.watched('data', path, watch, (rc) => rc === ZkCode.OK || rc === ZkCode.NONODE, (w, registered) =>
-        this.ops.a_exists(path, w, (rc, _e, stat) => (registered(rc), rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat))),
-      ),
+    return this.call<ZkStat | null>(
+      'exists',
+      path,
+      (done) => this.ops.a_exists(path, watch !== undefined, (rc, _e, stat) => (rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat))),
+      path,
+      undefined,
+      watch && { kind: 'data', listener: watch },
     );
   }
 
@@ -359,8 +392,9 @@ export class NativeZkSession implements ZkSession {
     return this.call('setData', path, (done) => this.ops.a_set(path, data, version, (rc, _e, stat) => done(rc, stat)));
   }
 
-  delete(path: string, version = -1): Promise<void> {
-    return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)));
+  delete(path: string, version = -1, options?: WriteOptions): Promise<void> {
+    const write: MultiOp | undefined = options?.batchable ? { type: MultiOpType.DELETE, path, version } : undefined;
+    return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)), undefined, write);
   }
 
   /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
@@ -386,27 +420,6 @@ export class NativeZkSession implements ZkSession {
   /** Forgets `listener` (its waiter stopped waiting); a watch left armed on the server fires to nobody. */
   unwatch(path: string, listener: WatchListener): void {
     this.watches.remove(path, listener);
-  }
-
-  /**
-   * Sends a request that sets a watch when `listener` is given, and keeps the listener only while
-   * the C client holds the watch: `registers(rc)` mirrors its *_result_checker (getData or
-   * getChildren on a missing node set no watch, so nothing would ever fire for that listener).
-   */
-  private watched(
-    kind: 'data' | 'child',
-    path: string,
-    listener: WatchListener | undefined,
-    registers: (rc: number) => boolean,
-    send: (watch: boolean, registered: (rc: number) => void) => number,
-  ): number {
-    if (!listener) return send(false, () => undefined);
-    const drop = this.watches.add(kind, path, listener);
-    const sent = send(true, (rc) => {
-      if (!registers(rc)) drop();
-    });
-    if (sent !== ZkCode.OK) drop();
-    return sent;
   }
 
   /**
@@ -447,10 +460,28 @@ export class NativeZkSession implements ZkSession {
     else if (roundTripMs > timeoutMs / 8) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
   }
 
-  private call<T>(operation: string, path: string, send: (done: (rc: number, value: T) => void) => number): Promise<T> {
+  /** Where requests go to the addon: lock-node writes are group-committed as multi requests. */
+  private readonly batcher: WriteBatcher;
+
+  /**
+   * `reads`: the path a read looks at; `write`: a write that may share a multi (see WriteBatcher).
+   * `watch`: the request sets a watch with `listener`, kept from now on (so an `unwatch` before the
+   * request is sent finds it) until it fires or the answer shows that no watch was set: an error,
+   * or getData / getChildren of a missing node (exists of one sets a watch for its creation).
+   */
+  private call<T>(
+    operation: string,
+    path: string,
+    send: (done: (rc: number, value: T) => void) => number,
+    reads?: string,
+    write?: MultiOp,
+    watch?: { kind: 'data' | 'child'; listener: WatchListener },
+  ): Promise<T> {
+    const drop = watch && !this.isClosed ? this.watches.add(watch.kind, path, watch.listener) : undefined;
     return new Promise<T>((resolve, reject) => {
       const dispatch = () => {
         if (this.closed || this.abandoned) {
+          drop?.();
           reject(new ZkError(this.closed ? ZkCode.INVALIDSTATE : ZkCode.SESSIONEXPIRED, operation, path));
           return;
         }
@@ -463,15 +494,14 @@ export class NativeZkSession implements ZkSession {
           if (settled) return;
           settled = true;
           this.inFlight--;
+          if (code !== ZkCode.OK) drop?.();
           if (answered(code)) this.adaptWindow(performance.now() - sentAt);
           if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
           else if (code === ZkCode.OK) resolve(value);
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
         };
-        const rc = send(done);
-        // A non-zero return means the request was never queued, and its callback will never run.
-        if (rc !== ZkCode.OK) done(rc, undefined as T);
+        this.batcher.submit({ send, write, reads, done } as QueuedRequest);
       };
       if (this.backlog.size > 0 || this.inFlight >= this.window) this.backlog.push(dispatch);
       else dispatch();

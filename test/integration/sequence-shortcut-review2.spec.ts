@@ -103,7 +103,7 @@ describe('SequenceShortcut, second review', () => {
       await delay(50); // its create went with the expectation, no listing
       expect(counts.create).toBe(1);
       expect(counts.getChildren ?? 0).toBe(0);
-      for (let i = 0; i < 20_000; i++) e.ops.shortcut.released(session, `/rv2-fake/${i}`, 1, 1);
+      for (let i = 0; i < 20_000; i++) e.ops.shortcut.released(session, `/rv2-fake/${i}`, 1, 1, Promise.resolve());
       expect(shortcutArmed(e, path)).toBeUndefined(); // ours was the oldest
       const records = (e.ops.shortcut as unknown as { records: Map<string, unknown> }).records;
       expect(records.size).toBeLessThanOrEqual(20_000);
