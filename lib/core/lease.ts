@@ -44,6 +44,8 @@ export interface LeaseOptions {
   onEnd?: (reason: LockLostReason | 'released') => void;
   /** Listen for revocation requests (see `Revocable`). */
   revocable?: Revocable;
+  /** `release()` resolves once the delete is sent, not confirmed (see `MutexOptions.releaseInBackground`). */
+  releaseInBackground?: boolean;
 }
 
 /**
@@ -272,8 +274,9 @@ export class NodeLease extends HeldLease implements SessionBound {
       );
       publish('releaseFailed', () => ({ name: this.name, path: this.path, lockPath: this.options.lockPath, kind: this.options.kind, error }));
     });
-    if (alone) release = ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence);
+    if (alone) release = ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence, work);
     this.engine.background(work);
-    return work;
+    // The delete is on the session already: our later requests come after it, shutdown waits for it.
+    return this.options.releaseInBackground ? Promise.resolve() : work;
   }
 }

@@ -37,6 +37,8 @@ export interface LocalQueueOptions {
   maxLocalHandoffs: number;
   /** Keep the node this long after the last local holder while no other process queues (0: never). */
   retainMs?: number;
+  /** Our node's release resolves once its delete is sent (MutexOptions.releaseInBackground). */
+  releaseInBackground?: boolean;
 }
 
 /**
@@ -142,6 +144,7 @@ export class LocalQueue {
         const own: OwnNode = {
           lease: new NodeLease(this.engine, this.spec.lockName, entry, {
             silent: true, // the local leases publish
+            releaseInBackground: this.options.releaseInBackground,
             kind: this.spec.kind,
             lockPath: this.spec.lockPath,
             onEnd: (reason) => this.nodeEnded(own, reason),

@@ -43,6 +43,16 @@ export interface MutexOptions {
    */
   retainMs?: number;
   /**
+   * `release()` resolves as soon as the delete of our node is sent, without waiting for
+   * ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
+   * delete (a session's requests are applied in order, so it queues after it). The lock is free
+   * for others once the delete is applied; until then another process's try-once may still find
+   * it taken. The delete still retries through disconnections, and shutdown waits for it; a
+   * process that exits without shutting down leaves it to the session's end (its node is
+   * ephemeral). Default false (`release()` resolves when the node is gone).
+   */
+  releaseInBackground?: boolean;
+  /**
    * Listen for requests to let go (`LockService.revoke`, Curator's `Revoker`): `true` aborts the
    * lease's signal with reason `revoked`; a function is called with the lease. Takes one node per
    * caller (no coalescing). Default false. See `Revocable`.
@@ -76,9 +86,10 @@ export class Mutex extends LockRecipe {
   private readonly maxLocalHandoffs: number | undefined;
   private readonly revocable: Revocable | undefined;
   private readonly retainMs: number;
+  private readonly releaseInBackground: boolean;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
-    options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce']);
+    options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce', 'releaseInBackground']);
     super(engine, name, path, options.reentrant ?? true, options.internal ?? false);
     this.fair = options.fair ?? true;
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
@@ -91,19 +102,21 @@ export class Mutex extends LockRecipe {
     const coalesce = (options.coalesce ?? defaults.coalesce) && !options.internal && !this.revocable;
     this.maxLocalHandoffs = coalesce ? maxLocalHandoffs : undefined;
     this.retainMs = positiveInteger(options.retainMs, 'retainMs', 0, 0, 60_000);
+    this.releaseInBackground = options.releaseInBackground ?? false;
     if (this.retainMs > 0 && (!coalesce || maxLocalHandoffs === 0)) {
       throw new InvalidOptionError('retainMs', 'keeps a node for the next local holder: it needs coalescing (coalesce, maxLocalHandoffs > 0, not revocable)');
     }
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    const leaseOptions = this.leaseOptions(this.leaseMs, this.revocable);
+    const { releaseInBackground } = this;
+    const leaseOptions = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground };
     const maxLocalHandoffs = this.maxLocalHandoffs;
     if (maxLocalHandoffs !== undefined) {
       // Mutexes of one path with the same settings share one in-process queue.
       const { fair, retainMs } = this;
-      const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${this.path}`;
-      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs }, unregister));
+      const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${releaseInBackground}:${this.path}`;
+      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs, releaseInBackground }, unregister));
       return queue.acquire(this.name, options, leaseOptions);
     }
     const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
