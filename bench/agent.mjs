@@ -196,8 +196,13 @@ async function makePeer(peer, path, on = { connection, engine }) {
     case 'ours':
     case 'ours-fifo':
     case 'ours-retain':
+    case 'ours-bg':
     case 'ours-auth': {
-      const options = { coalesce: peer !== 'ours-fifo', retainMs: peer === 'ours-retain' ? RETAIN_MS : 0 };
+      const options = {
+        coalesce: peer !== 'ours-fifo',
+        retainMs: peer === 'ours-retain' ? RETAIN_MS : 0,
+        releaseInBackground: peer === 'ours-bg',
+      };
       let lockEngine = on.engine;
       if (peer === 'ours-auth') {
         // Ancestors made open here, so that only this lock's own nodes carry the ACL (the other

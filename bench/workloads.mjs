@@ -54,7 +54,7 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
   // ---- W1, W2, W3: alternating rounds -------------------------------------------------
   const plan = [];
   // `auth`: our W1 with digest auth (and the module's ACL for it) next to our W1 without.
-  const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-retain', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
+  const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
   if (wants('auth')) w1Peers.splice(w1Peers.indexOf('ours') + 1, 0, 'ours-auth');
   for (const peer of w1Peers) plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
   if (wants('w1')) {
