@@ -121,6 +121,9 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     const next = gained(b);
     await (await connect()).session!.delete(term.path);
     await next;
+    // Each session hears of the deletion on its own: b may handle its event first (one process
+    // here, two sockets), so a's end is waited for, not assumed to come before b's term.
+    await eventually(async () => term.signal.aborted, 10_000);
     expect((term.signal.reason as LockLostError).reason).toBe('node-deleted');
     // It queues again behind the new leader.
     await eventually(async () => (await b.participants()).map((p) => p.id).join() === 'p1,p0', 10_000);
