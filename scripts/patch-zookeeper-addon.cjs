@@ -238,10 +238,12 @@ const ADDON_HUNKS = [
     }
 
     static void AMulti(const Nan::FunctionCallbackInfo<Value>& info) {
+        // Checked before the prolog makes the callback's handle (a throw after it would leak it).
+        THROW_IF_NOT (info.Length() >= 2 && info[0]->IsArray() && Local<Array>::Cast(info[0])->Length() > 0,
+                      "a_multi: expected a non-empty array of ops and a callback");
         A_METHOD_PROLOG(2);
         Local<Array> arr = Local<Array>::Cast(info[0]);
         int count = arr->Length();
-        THROW_IF_NOT (count > 0, "a_multi: expected at least one op");
         struct multi_completion_data *d = (struct multi_completion_data *) calloc(1, sizeof(struct multi_completion_data));
         d->cb = cb;
         d->count = count;

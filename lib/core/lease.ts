@@ -44,7 +44,7 @@ export interface LeaseOptions {
   onEnd?: (reason: LockLostReason | 'released') => void;
   /** Listen for revocation requests (see `Revocable`). */
   revocable?: Revocable;
-  /** `release()` resolves once the delete is sent, not confirmed (see `MutexOptions.releaseInBackground`). */
+  /** `release()` resolves once the delete is queued on the session, not confirmed (see `MutexOptions.releaseInBackground`). */
   releaseInBackground?: boolean;
 }
 
@@ -276,7 +276,7 @@ export class NodeLease extends HeldLease implements SessionBound {
     });
     if (alone) release = ops.shortcut.released(session, parentOf(path), alone.parentCzxid, alone.nextSequence, work);
     this.engine.background(work);
-    // The delete is on the session already: our later requests come after it, shutdown waits for it.
+    // The delete is queued on the session already: our later requests go after it, shutdown waits for it.
     return this.options.releaseInBackground ? Promise.resolve() : work;
   }
 }

@@ -43,13 +43,13 @@ export interface MutexOptions {
    */
   retainMs?: number;
   /**
-   * `release()` resolves as soon as the delete of our node is sent, without waiting for
-   * ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
+   * `release()` resolves as soon as the delete of our node is queued on the session (it goes at
+   * the end of this turn of the event loop), without waiting for ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
    * delete (a session's requests are applied in order, so it queues after it). The lock is free
    * for others once the delete is applied; until then another process's try-once may still find
    * it taken. The delete still retries through disconnections, and shutdown waits for it; a
-   * process that exits without shutting down leaves it to the session's end (its node is
-   * ephemeral). Default false (`release()` resolves when the node is gone).
+   * process that exits without shutting down may not have sent it, and leaves it to the
+   * session's end (its node is ephemeral). Default false (`release()` resolves when the node is gone).
    */
   releaseInBackground?: boolean;
   /**

@@ -16,20 +16,22 @@ export type WatchListener = (event: { type: WatchEventType; path: string }) => v
  * session and the testing kit's in-memory one.
  */
 export class ClientWatches {
-  private readonly data = new Map<string, WatchListener[]>();
-  private readonly child = new Map<string, WatchListener[]>();
+  private readonly data = new Map<string, Registration[]>();
+  private readonly child = new Map<string, Registration[]>();
 
+  /** Returns what drops this registration (not another one of the same listener on the path). */
   add(kind: 'data' | 'child', path: string, listener: WatchListener): () => void {
     const map = kind === 'data' ? this.data : this.child;
-    const listeners = map.get(path);
-    if (listeners) listeners.push(listener);
-    else map.set(path, [listener]);
-    return () => drop(map, path, listener);
+    const registration = { listener };
+    const registrations = map.get(path);
+    if (registrations) registrations.push(registration);
+    else map.set(path, [registration]);
+    return () => drop(map, path, (r) => r === registration);
   }
 
   remove(path: string, listener: WatchListener): void {
-    drop(this.data, path, listener);
-    drop(this.child, path, listener);
+    drop(this.data, path, (r) => r.listener === listener);
+    drop(this.child, path, (r) => r.listener === listener);
   }
 
   /** The listeners `type` on `path` fires, taken out (ZooKeeper drops the watch the same way). */
@@ -46,11 +48,21 @@ export class ClientWatches {
   }
 }
 
+/** One listener's watch on one path: its own entry, so that dropping it spares others of the same listener. */
+interface Registration {
+  listener: WatchListener;
+}
+
 /**
  * API error codes (-100 and below) are the server's answers, except these, which the C client
  * makes up itself (an expired or closing handle, failed auth, a watch it does not have).
  */
 const CLIENT_SIDE_CODES = new Set<number>([ZkCode.SESSIONEXPIRED, ZkCode.AUTHFAILED, ZkCode.CLOSING, -117 /* NOTHING */, -121 /* NOWATCHER */]);
+
+/** Whether a request's code is the server's answer (not made up by the client, e.g. on connection loss). */
+export function answeredByServer(code: number): boolean {
+  return code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
+}
 
 /**
  * When the server last heard from a session, from its requests: the send time of the newest one it
@@ -71,7 +83,7 @@ export class RequestClock {
     this.pending.add(request);
     return (code) => {
       this.pending.delete(request);
-      const fromServer = code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
+      const fromServer = answeredByServer(code);
       if (fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
       return fromServer;
     };
@@ -83,16 +95,17 @@ export class RequestClock {
   }
 }
 
-function drop(map: Map<string, WatchListener[]>, path: string, listener: WatchListener): void {
-  const listeners = map.get(path);
-  if (!listeners) return;
-  const index = listeners.lastIndexOf(listener);
-  if (index >= 0) listeners.splice(index, 1);
-  if (listeners.length === 0) map.delete(path);
+/** Drops the newest registration on `path` that `matches`. */
+function drop(map: Map<string, Registration[]>, path: string, matches: (registration: Registration) => boolean): void {
+  const registrations = map.get(path);
+  if (!registrations) return;
+  const index = registrations.findLastIndex(matches);
+  if (index >= 0) registrations.splice(index, 1);
+  if (registrations.length === 0) map.delete(path);
 }
 
-function takeAll(map: Map<string, WatchListener[]>, path: string): WatchListener[] {
-  const listeners = map.get(path) ?? [];
+function takeAll(map: Map<string, Registration[]>, path: string): WatchListener[] {
+  const registrations = map.get(path) ?? [];
   map.delete(path);
-  return listeners;
+  return registrations.map((r) => r.listener);
 }

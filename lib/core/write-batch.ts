@@ -1,5 +1,6 @@
 import { parentOf } from './lock-path.js';
 import { ZkCode } from './zk-error.js';
+import { answeredByServer } from './session-bookkeeping.js';
 
 /** ZooKeeper's op codes for the writes a batch can carry. */
 export const MultiOpType = { CREATE: 1, DELETE: 2 } as const;
@@ -34,6 +35,11 @@ const MAX_BATCH = 64;
  */
 const MAX_BATCH_BYTES = 256 * 1024;
 
+/** ZooKeeper's sequential flag (CreateMode PERSISTENT_SEQUENTIAL 2, EPHEMERAL_SEQUENTIAL 3). */
+function isSequentialCreate(op: MultiOp): boolean {
+  return op.type === MultiOpType.CREATE && (op.flags & 2) !== 0;
+}
+
 /** About what an op takes in the request. */
 function sizeOf(op: MultiOp): number {
   let bytes = 32 + Buffer.byteLength(op.path);
@@ -57,17 +63,18 @@ function sizeOf(op: MultiOp): number {
  * session's order, and its writes in their order.
  *
  * A multi is applied all or none: when one op fails (its path was deleted, the node was not
- * there) that op gets its own error and every other one RUNTIMEINCONSISTENCY, meaning "not applied,
- * through no fault of its own": the callers that ask for batchable writes (protected create,
- * guaranteed delete) send it again. (ZooKeeper itself answers OK for the ops before the failed
- * one, though none was applied; that is corrected here.) A lost reply fails every op with the
- * connection error, as separate requests would.
+ * there) that op gets its own error and every other one NOT_APPLIED ("through no fault of its
+ * own"): the callers that ask for batchable writes (protected create, guaranteed delete) send it
+ * again. (ZooKeeper itself answers OK for the ops before the failed one, though none was applied.)
+ * A lost reply fails every op with the connection error, as separate requests would.
  */
 export class WriteBatcher {
   private queue: QueuedRequest[] = [];
   /** Requests carrying batchable writes, sent and not answered (a batch, or one write alone). */
   private writesInFlight = 0;
   private flushScheduled = false;
+  /** Set while a flush sends: a request asked for meanwhile (by an answer that came at once) waits its turn. */
+  private flushing = false;
 
   constructor(
     private readonly multi: MultiCall | undefined,
@@ -76,7 +83,7 @@ export class WriteBatcher {
   ) {}
 
   submit(request: QueuedRequest): void {
-    if (this.queue.length === 0 && (!request.write || !this.multi)) return sendAlone(request);
+    if (this.queue.length === 0 && !this.flushing && (!request.write || !this.multi)) return sendAlone(request);
     this.queue.push(request);
     this.schedule();
   }
@@ -102,6 +109,16 @@ export class WriteBatcher {
     if (closed !== undefined) return this.failQueued(closed);
     const queue = this.queue;
     this.queue = [];
+    this.flushing = true;
+    try {
+      this.sendInOrder(queue);
+    } finally {
+      this.flushing = false;
+      this.schedule();
+    }
+  }
+
+  private sendInOrder(queue: QueuedRequest[]): void {
     let writes: QueuedRequest[] = [];
     let bytes = 0;
     /**
@@ -111,12 +128,18 @@ export class WriteBatcher {
      */
     let reads: QueuedRequest[] = [];
     const readPaths = new Set<string>();
+    /**
+     * A path written twice goes in two batches: in a multi refused at the second write, ZooKeeper
+     * answers it as if the first had been applied (a delete's NONODE would read as "gone").
+     */
+    const writePaths = new Set<string>();
     const send = () => {
       if (writes.length > 0) this.sendBatch(writes);
       for (const read of reads) sendAlone(read);
       writes = [];
       reads = [];
       readPaths.clear();
+      writePaths.clear();
       bytes = 0;
     };
     for (const request of queue) {
@@ -124,8 +147,11 @@ export class WriteBatcher {
       if (write) {
         const size = sizeOf(write);
         const touchesRead = readPaths.has(write.path) || readPaths.has(parentOf(write.path));
-        if (writes.length >= MAX_BATCH || bytes + size > MAX_BATCH_BYTES || touchesRead) send();
+        // Sequential creates of one path make distinct nodes.
+        const sameNode = !isSequentialCreate(write) && writePaths.has(write.path);
+        if (writes.length >= MAX_BATCH || bytes + size > MAX_BATCH_BYTES || touchesRead || sameNode) send();
         writes.push(request);
+        if (!isSequentialCreate(write)) writePaths.add(write.path);
         bytes += size;
       } else if (request.reads !== undefined && writes.length > 0) {
         reads.push(request);
@@ -150,29 +176,34 @@ export class WriteBatcher {
     };
     if (batch.length === 1) {
       const [request] = batch as [QueuedRequest];
-      const rc = request.send((code, value) => {
-        if (settle()) this.schedule();
-        request.done(code, value);
-      });
+      const rc = guarded(() =>
+        request.send((code, value) => {
+          if (settle()) this.schedule();
+          request.done(code, value);
+        }),
+      );
       if (rc !== ZkCode.OK && settle()) {
         request.done(rc);
         this.schedule();
       }
       return;
     }
-    const rc = this.multi!(
+    const rc = guarded(() => this.multi!(
       batch.map((request) => request.write!),
       (code, _err, results) => {
         if (!settle()) return;
         batch.forEach((request, i) => {
           const own = results[i]?.rc ?? code;
           if (code === ZkCode.OK) request.done(own, results[i]?.path);
-          // Failed as a whole: the op that failed has its own code, the rest were not applied.
-          else request.done(own === ZkCode.OK ? ZkCode.RUNTIMEINCONSISTENCY : own);
+          // No answer (connection lost): the outcome is unknown, as for separate requests.
+          else if (!answeredByServer(code)) request.done(code);
+          // Refused as a whole: the op that failed has its own code, the rest were not applied
+          // (ZooKeeper says OK for those before it, RUNTIMEINCONSISTENCY for those after).
+          else request.done(own === ZkCode.OK || own === ZkCode.RUNTIMEINCONSISTENCY ? ZkCode.NOT_APPLIED : own);
         });
         this.schedule();
       },
-    );
+    ));
     if (rc !== ZkCode.OK) {
       settle();
       for (const request of batch) request.done(rc);
@@ -181,8 +212,17 @@ export class WriteBatcher {
   }
 }
 
+/** A send that throws (a bad argument the addon rejects) fails its request, not the batcher. */
+function guarded(send: () => number): number {
+  try {
+    return send();
+  } catch {
+    return ZkCode.BADARGUMENTS;
+  }
+}
+
 function sendAlone(request: QueuedRequest): void {
-  const rc = request.send(request.done);
+  const rc = guarded(() => request.send(request.done));
   // A non-zero return means the request was never queued, and its callback will never run.
   if (rc !== ZkCode.OK) request.done(rc);
 }

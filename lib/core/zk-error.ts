@@ -12,6 +12,7 @@ const CODE_NAMES: Record<number, string> = {
   [-13]: 'NEWCONFIGNOQUORUM',
   [-14]: 'RECONFIGINPROGRESS',
   [-15]: 'SSLCONNECTIONERROR',
+  [-1000]: 'NOTAPPLIED',
   [-100]: 'APIERROR',
   [-101]: 'NONODE',
   [-102]: 'NOAUTH',
@@ -36,10 +37,19 @@ const CODE_NAMES: Record<number, string> = {
 
 export const ZkCode = {
   OK: 0,
-  /** A write of a multi request that was not applied because another one of it failed (see WriteBatcher). */
+  /**
+   * The C client met a reply it did not expect and dropped the connection: every request in
+   * flight fails with it, outcome unknown (a connection error).
+   */
   RUNTIMEINCONSISTENCY: -2,
+  /**
+   * Ours, not ZooKeeper's: a batched write that was not applied because another write of its
+   * multi request failed (see WriteBatcher); its caller sends it again.
+   */
+  NOT_APPLIED: -1000,
   CONNECTIONLOSS: -4,
   OPERATIONTIMEOUT: -7,
+  BADARGUMENTS: -8,
   INVALIDSTATE: -9,
   NONODE: -101,
   NOAUTH: -102,
@@ -76,6 +86,7 @@ export class ZkError extends Error {
   get isConnectionError(): boolean {
     return (
       this.code === ZkCode.CONNECTIONLOSS ||
+      this.code === ZkCode.RUNTIMEINCONSISTENCY ||
       this.code === ZkCode.OPERATIONTIMEOUT ||
       this.code === ZkCode.THROTTLEDOP ||
       this.code === ZkCode.SESSIONMOVED

@@ -167,7 +167,7 @@ export class ZkOperations {
         return { path, listing: listed };
       } catch (error) {
         list = true;
-        if (isZkCode(error, ZkCode.RUNTIMEINCONSISTENCY)) continue; // not made: its batch failed on another write
+        if (isZkCode(error, ZkCode.NOT_APPLIED)) continue; // not made: its batch failed on another write
         if (isZkCode(error, ZkCode.NONODE) && !madeParents && this.paths.has(parentPath)) {
           // A path we knew is gone: ZooKeeper's reaper removes every empty container at its check
           // (a hot key's too, between two uses). The next round trip makes it again with the node,
@@ -226,7 +226,7 @@ export class ZkOperations {
         return;
       } catch (error) {
         if (isZkCode(error, ZkCode.NONODE)) return;
-        if (isZkCode(error, ZkCode.RUNTIMEINCONSISTENCY)) continue; // not applied: its batch failed on another write
+        if (isZkCode(error, ZkCode.NOT_APPLIED)) continue; // not applied: its batch failed on another write
         if (!(error instanceof ZkError) || !error.isConnectionError) {
           if (error instanceof ZkError && error.isSessionGone) return;
           throw error;

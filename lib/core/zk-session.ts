@@ -206,7 +206,7 @@ export interface ZkSession {
 export interface WriteOptions {
   /**
    * May go in one multi request with the session's other batchable writes (see WriteBatcher).
-   * Then it can fail with RUNTIMEINCONSISTENCY: not applied, because another write of its batch
+   * Then it can fail with NOT_APPLIED: not applied, because another write of its batch
    * failed; the caller sends it again.
    */
   batchable?: boolean;

@@ -4,7 +4,7 @@
 import { Mutex } from '../../lib/core/mutex.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { CreateMode, addonFixVersion, type NativeZkSession } from '../../lib/core/zk-session.js';
-import { ZkError } from '../../lib/core/zk-error.js';
+import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { whenAborted, within } from '../support/lock-test-helpers.js';
@@ -135,8 +135,9 @@ describe('adaptive window (be9fb02)', () => {
     }
     const settled = await within(Promise.allSettled(requests), 60_000, 'burst with cuts');
     const codes = new Set(settled.filter((a) => a.status === 'rejected').map((a) => ((a as PromiseRejectedResult).reason as ZkError).code));
-    // Connection loss only (-4), never a stuck request.
-    expect([...codes].every((c) => c === -4)).toBe(true);
+    // Connection errors only (CONNECTIONLOSS; RUNTIMEINCONSISTENCY when the C client met a reply it
+    // did not expect after the cut and dropped the connection, seen under load), never a stuck request.
+    expect([...codes].filter((c) => c !== ZkCode.CONNECTIONLOSS && c !== ZkCode.RUNTIMEINCONSISTENCY)).toEqual([]);
     // (The heartbeat sent on reconnect may still be in flight.)
     await eventually(() => windowOf(session).inFlight === 0 && windowOf(session).backlog === 0, 10_000, 10);
     expect(await within(session.exists(path), 10_000, 'after cuts')).not.toBeNull();

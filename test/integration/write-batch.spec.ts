@@ -1,7 +1,7 @@
 // Adversarial review of the write batching (lib/core/write-batch.ts): a session's batchable
 // creates and deletes (our lock nodes) go as ZooKeeper multi requests, at most one write request
 // in flight, reads that cannot see them moved after them, a failed multi failing the others with
-// RUNTIMEINCONSISTENCY (their callers send them again). Against the real ZooKeeper, with the
+// NOTAPPLIED (their callers send them again). Against the real ZooKeeper, with the
 // test proxy holding back or losing traffic where the interleaving needs it. Every test checks
 // what a user relies on: never two holders, nothing left behind, no promise left hanging.
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
@@ -231,7 +231,7 @@ describe('a multi that fails on one write', () => {
   // Broken if the writes ZooKeeper answered OK in a failed multi were reported OK (they were not
   // applied): the create of a would resolve with no path and the delete of x would look done
   // while x stays.
-  it('each write gets its own outcome: the failing one its error, the others RUNTIMEINCONSISTENCY; nothing of the batch is applied', async () => {
+  it('each write gets its own outcome: the failing one its error, the others NOTAPPLIED; nothing of the batch is applied', async () => {
     const s = await rawSession();
     const observer = await connect();
     const p = await lastingPath('wb-fail');
@@ -244,10 +244,10 @@ describe('a multi that fails on one write', () => {
       outcome(s.create(node(p, 'c'), EMPTY, CreateMode.EPHEMERAL, undefined, BATCH)),
     ]);
     expect(results).toEqual([
-      { ok: false, code: 'RUNTIMEINCONSISTENCY' },
-      { ok: false, code: 'RUNTIMEINCONSISTENCY' },
+      { ok: false, code: 'NOTAPPLIED' },
+      { ok: false, code: 'NOTAPPLIED' },
       { ok: false, code: 'NONODE' },
-      { ok: false, code: 'RUNTIMEINCONSISTENCY' },
+      { ok: false, code: 'NOTAPPLIED' },
     ]);
     expect(tap.multis).toHaveLength(1);
     expect(tap.multis[0]!.rc).toBe(ZkCode.NONODE);
@@ -256,7 +256,7 @@ describe('a multi that fails on one write', () => {
 });
 
 describe('a multi of a lock engine that fails on one write', () => {
-  // Broken if createProtected did not send a create again after RUNTIMEINCONSISTENCY (the innocent
+  // Broken if createProtected did not send a create again after NOTAPPLIED (the innocent
   // acquires would reject), if deleteGuaranteed did not (the released node would stay: the
   // contender of key h would wait for ever, and the check for nothing left would fail), or if a
   // write of the failed batch were taken as applied (an acquire resolving with no node).
