@@ -18,6 +18,7 @@ import {
   lastingPath,
   nameOf,
   notAcquired,
+  settledFlag,
   shortcutArmed,
   untilChildCount,
   within,
@@ -30,16 +31,6 @@ afterEach(closeAll);
 /** The option under test (set it to {} to see which tests catch its absence). */
 const BACKGROUND: MutexOptions = { releaseInBackground: true };
 const DEFAULT: MutexOptions = {};
-
-/** Whether `work` has settled: to check what has not happened while traffic is held. */
-function settledFlag(work: Promise<unknown>): () => boolean {
-  let settled = false;
-  work.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
-  return () => settled;
-}
 
 /** Deletes `session` has sent whose answer has not come yet (from now on). */
 function deletesInFlight(session: ZkSession): () => number {

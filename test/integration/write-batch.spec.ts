@@ -13,7 +13,7 @@ import { sequenceOf, sortChildren } from '../../lib/core/lock-path.js';
 import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
 import { CreateMode, NativeZkSession, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
 import { childrenOf, closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { cycles, delay, lastingPath, nameOf, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';
+import { cycles, delay, lastingPath, nameOf, settledFlag, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';
 import { prng } from '../support/prng.js';
 import type { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -103,16 +103,6 @@ function outcome<T>(work: Promise<T>): Promise<{ ok: true; value: T } | { ok: fa
 function quiet<T>(work: Promise<T>): Promise<T> {
   work.catch(() => undefined);
   return work;
-}
-
-/** Whether `work` has settled. */
-function settledFlag(work: Promise<unknown>): () => boolean {
-  let settled = false;
-  work.then(
-    () => (settled = true),
-    () => (settled = true),
-  );
-  return () => settled;
 }
 
 /** Lets the batcher flush what the current turn asked for (it flushes at setImmediate). */

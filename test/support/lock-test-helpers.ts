@@ -165,3 +165,13 @@ export function recordCreates(session: ZkSession, kind: (path: string) => string
     );
   return outcomes;
 }
+
+/** Whether `work` has settled (to check what has not happened yet while traffic is held). */
+export function settledFlag(work: Promise<unknown>): () => boolean {
+  let settled = false;
+  work.then(
+    () => (settled = true),
+    () => (settled = true),
+  );
+  return () => settled;
+}
