@@ -83,7 +83,8 @@ export class WriteBatcher {
   ) {}
 
   submit(request: QueuedRequest): void {
-    if (this.queue.length === 0 && !this.flushing && (!request.write || !this.multi)) return sendAlone(request);
+    // An addon without a_multi: every request goes alone, as it comes.
+    if (!this.multi || (this.queue.length === 0 && !this.flushing && !request.write)) return sendAlone(request);
     this.queue.push(request);
     this.schedule();
   }
