@@ -260,8 +260,8 @@ export class NodeLease extends HeldLease implements SessionBound {
   protected free(): Promise<void> {
     const { session, path, alone } = this.entry;
     const { ops } = this.engine;
-    // Made as the delete is sent (a session's requests go in order, so a create of ours that reads
-    // it comes after the delete); it proves nothing until the delete succeeded.
+    // Made as the delete is queued (a session's requests go in order, so a create of ours that
+    // reads it comes after the delete); it proves nothing until the delete succeeded.
     let release: { deleted: boolean } | undefined;
     const work = ops.deleteGuaranteed(session, path).then(() => {
       if (release) release.deleted = true;

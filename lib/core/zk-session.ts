@@ -339,8 +339,7 @@ export class NativeZkSession implements ZkSession {
         nativeAcl
           ? this.ops.a_create_acl!(path, data, mode, nativeAcl, (rc, _e, created) => done(rc, created))
           : this.ops.a_create(path, data, mode, (rc, _e, created) => done(rc, created)),
-      undefined,
-      write,
+      { write },
     );
   }
 
@@ -359,9 +358,7 @@ export class NativeZkSession implements ZkSession {
       'getChildren',
       path,
       (done) => this.ops.a_get_children2(path, watch !== undefined, (rc, _e, children, stat) => done(rc, { children, stat })),
-      path,
-      undefined,
-      watch && { kind: 'child', listener: watch },
+      { read: true, watch: watch && { kind: 'child', listener: watch } },
     );
   }
 
@@ -370,9 +367,7 @@ export class NativeZkSession implements ZkSession {
       'getData',
       path,
       (done) => this.ops.a_get(path, watch !== undefined, (rc, _e, stat, data) => done(rc, { data: data ?? Buffer.alloc(0), stat })),
-      path,
-      undefined,
-      watch && { kind: 'data', listener: watch },
+      { read: true, watch: watch && { kind: 'data', listener: watch } },
     );
   }
 
@@ -382,9 +377,7 @@ export class NativeZkSession implements ZkSession {
       'exists',
       path,
       (done) => this.ops.a_exists(path, watch !== undefined, (rc, _e, stat) => (rc === ZkCode.NONODE ? done(ZkCode.OK, null) : done(rc, stat))),
-      path,
-      undefined,
-      watch && { kind: 'data', listener: watch },
+      { read: true, watch: watch && { kind: 'data', listener: watch } },
     );
   }
 
@@ -394,7 +387,7 @@ export class NativeZkSession implements ZkSession {
 
   delete(path: string, version = -1, options?: WriteOptions): Promise<void> {
     const write: MultiOp | undefined = options?.batchable ? { type: MultiOpType.DELETE, path, version } : undefined;
-    return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)), undefined, write);
+    return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)), { write });
   }
 
   /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
@@ -464,18 +457,17 @@ export class NativeZkSession implements ZkSession {
   private readonly batcher: WriteBatcher;
 
   /**
-   * `reads`: the path a read looks at; `write`: a write that may share a multi (see WriteBatcher).
-   * `watch`: the request sets a watch with `listener`, kept from now on (so an `unwatch` before the
-   * request is sent finds it) until it fires or the answer shows that no watch was set: an error,
-   * or getData / getChildren of a missing node (exists of one sets a watch for its creation).
+   * `read`: a read of `path` (the batcher may send it after writes that cannot change it);
+   * `write`: a write that may share a multi (see WriteBatcher). `watch`: the request sets a watch
+   * with `listener`, kept from now on (so an `unwatch` before the request is sent finds it) until
+   * it fires or the answer shows that no watch was set: an error, or getData / getChildren of a
+   * missing node (exists of one sets a watch for its creation).
    */
   private call<T>(
     operation: string,
     path: string,
     send: (done: (rc: number, value: T) => void) => number,
-    reads?: string,
-    write?: MultiOp,
-    watch?: { kind: 'data' | 'child'; listener: WatchListener },
+    { read, write, watch }: { read?: boolean; write?: MultiOp; watch?: { kind: 'data' | 'child'; listener: WatchListener } } = {},
   ): Promise<T> {
     const drop = watch && !this.isClosed ? this.watches.add(watch.kind, path, watch.listener) : undefined;
     return new Promise<T>((resolve, reject) => {
@@ -501,7 +493,7 @@ export class NativeZkSession implements ZkSession {
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
         };
-        this.batcher.submit({ send, write, reads, done } as QueuedRequest);
+        this.batcher.submit({ send, write, reads: read ? path : undefined, done } as QueuedRequest);
       };
       if (this.backlog.size > 0 || this.inFlight >= this.window) this.backlog.push(dispatch);
       else dispatch();

@@ -17,7 +17,7 @@ import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, untilChildCount, within, shortcutArmed, withProxy } from '../support/lock-test-helpers.js';
-import { prng } from '../support/prng.js';
+import { seededRun } from '../support/prng.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 
 afterEach(closeAll);
@@ -495,10 +495,7 @@ describe('resources', () => {
 
 describe('seeded churn', () => {
   it('3 engines (one session each) and a raw foreign client on 3 keys for ~12 s: never two holders, tokens strictly increasing, shortcuts taken, nothing left behind', async () => {
-    const seed = Number(process.env.CHURN_SEED ?? Date.now() % 2 ** 31);
-    console.log(`sequence-shortcut churn seed: ${seed} (replay with CHURN_SEED=${seed})`);
-    const random = prng(seed);
-    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+    const { random, pick } = seededRun('CHURN_SEED', 'sequence-shortcut churn');
     const { sortChildren } = await import('../../lib/core/lock-path.js');
     const keys = [await lastingPath('rv-churn-a'), await lastingPath('rv-churn-b'), uniquePath('rv-churn-c')];
     const persistent = new Set(keys.slice(0, 2));

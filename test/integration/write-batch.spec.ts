@@ -14,7 +14,7 @@ import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
 import { CreateMode, NativeZkSession, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
 import { childrenOf, closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { cycles, delay, lastingPath, nameOf, settledFlag, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';
-import { prng } from '../support/prng.js';
+import { seededRun } from '../support/prng.js';
 import type { TcpProxy } from '../support/tcp-proxy.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -479,14 +479,7 @@ describe('the sequence shortcut with releaseInBackground', () => {
   // or with the number taken as proof while a foreign holder is at the head), or if the release's
   // delete were retried on NONODE for ever / reported as failing.
   it('our held node deleted by a foreign client (signal not watched) and a foreign holder queued since: the multi of our release and our next acquire fails on the delete (NONODE); the acquire, sent again with a listing, does not hold while the foreign holder does', async () => {
-    const path = await lastingPath('wb-w1-lost');
-    const e = await engine();
-    const observer = await connect();
-    const foreign = (await connect()).session!;
-    const lock = new Mutex(e, 'w1', path, { coalesce: false, releaseInBackground: true });
-    await cycles(lock, 3);
-    await e.drain();
-    const lease = await lock.acquire();
+    const { path, e, observer, foreign, lock, lease } = await heldAfterWarmCycles('wb-w1-lost');
     expect(shortcutArmed(e, path)).toBeUndefined(); // taken by this hold; back once it is released
     await foreign.delete(lease.path);
     const theirs = await foreignLock(foreign, path); // the head now: the foreign client holds
@@ -501,9 +494,10 @@ describe('the sequence shortcut with releaseInBackground', () => {
     const waiting = quiet(lock.acquire({ waitMs: 20_000 }));
     await untilChildCount(observer, path, 2);
     const waited = settledFlag(waiting);
+    await delay(200); // a wrongly trusted shortcut would resolve at once
+    expect(waited()).toBe(false);
     await foreign.delete(theirs);
     const held = await within(waiting, 20_000, 'after the foreign holder left');
-    expect(waited()).toBe(true);
     expect(await childrenOf(observer, path)).toEqual([nameOf(held)]);
     expect(held.fencingToken > lease.fencingToken).toBe(true);
     await held.release();
@@ -514,14 +508,7 @@ describe('the sequence shortcut with releaseInBackground', () => {
   // Broken if a lost lease's release still sent a delete (it would be in the tap), or if the next
   // acquire trusted the old record (it would hold next to the foreign holder).
   it('our held node deleted by a foreign client while its signal is watched: the signal aborts, the release sends nothing, our next acquire waits for the foreign holder that queued since', async () => {
-    const path = await lastingPath('wb-w1-watched');
-    const e = await engine();
-    const observer = await connect();
-    const foreign = (await connect()).session!;
-    const lock = new Mutex(e, 'w1', path, { coalesce: false, releaseInBackground: true });
-    await cycles(lock, 3);
-    await e.drain();
-    const lease = await lock.acquire();
+    const { path, e, observer, foreign, lock, lease } = await heldAfterWarmCycles('wb-w1-watched');
     const signal = lease.signal;
     await foreign.delete(lease.path);
     await whenAborted(signal, 10_000);
@@ -541,15 +528,28 @@ describe('the sequence shortcut with releaseInBackground', () => {
   });
 });
 
+/**
+ * A W1 lock (one node per caller, releaseInBackground) past its warm-up (the shortcut is armed),
+ * held again, with an observer and a raw foreign session.
+ */
+async function heldAfterWarmCycles(label: string) {
+  const path = await lastingPath(label);
+  const e = await engine();
+  const observer = await connect();
+  const foreign = (await connect()).session!;
+  const lock = new Mutex(e, 'w1', path, { coalesce: false, releaseInBackground: true });
+  await cycles(lock, 3);
+  await e.drain();
+  const lease = await lock.acquire();
+  return { path, e, observer, foreign, lock, lease };
+}
+
 describe('mixed load', () => {
   // Broken by any of the above under load: two holders of a key (a create taken as made, a
   // shortcut trusted too early, a delete that did not go), a lost lease (a held node deleted by
   // a retried write), an acquire or release that never settles, or a node left behind.
   it('3 engines, 5 keys (some releaseInBackground), random holds, 300+ acquisitions, a foreign client deleting empty lock paths and queueing sequential nodes: never two holders, no signal aborted while held, nothing left', async () => {
-    const seed = Number(process.env.WB_SEED ?? Date.now() % 2 ** 31);
-    console.log(`write-batch mixed seed: ${seed} (replay with WB_SEED=${seed})`);
-    const random = prng(seed);
-    const pick = <T>(items: readonly T[]): T => items[Math.floor(random() * items.length)]!;
+    const { random, pick } = seededRun('WB_SEED', 'write-batch mixed');
     const persistent = await Promise.all(['a', 'b', 'c'].map((k) => lastingPath(`wb-mix-${k}`)));
     const keys = [...persistent, uniquePath('wb-mix-d'), uniquePath('wb-mix-e')];
     const engines = await Promise.all([engine(), engine(), engine()]);
