@@ -88,7 +88,8 @@ export interface Expectation {
  * event of a change before the reply to any request it processes after that change, and the
  * client delivers both in that order: a create whose reply comes with the watch unfired was
  * processed while that parent still existed. The watch is set at the second hold alone on a path
- * (a key that comes back), one `exists` per path and incarnation, within a byte budget per
+ * in one incarnation (a key that comes back before its path is reaped), one `exists` per path and
+ * incarnation, within a byte budget per
  * session (WATCH_BUDGET_BYTES); a deletion tells LockPaths the path is gone, so the next acquire
  * makes it in the same round trip as its node.
  *
@@ -105,7 +106,11 @@ export class SequenceShortcut {
   private readonly subscribed = new Set<PathWatch>();
   private readonly fired = (path: string, watch: PathWatch, deleted: boolean): void => {
     this.subscribed.delete(watch);
-    if (deleted) this.onParentDeleted(path);
+    if (!deleted) return;
+    // The path's next incarnation starts over: a key whose path is reaped between two uses (used
+    // less than once per reaper interval) would pay an `exists` per use and never gain from it.
+    this.records.delete(path);
+    this.onParentDeleted(path);
   };
 
   constructor(

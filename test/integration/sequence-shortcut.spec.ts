@@ -155,6 +155,24 @@ describe('Holding without a listing where our node was last alone', () => {
     await lease.release();
   });
 
+  it('a path made again since our last use starts over: its first hold there sets no path watch (a key used once per reaper interval pays no exists), the second does, the third holds on its number', async () => {
+    const path = await lastingPath('shortcut-new-incarnation');
+    const { e, lock } = await warmedUp(path);
+    expect(e.ops.shortcut.expect(e.connection.session!, path)).toBeDefined(); // the path is watched
+    // Made again by someone else (persistent, so that the test server's reaper leaves it alone).
+    const other = (await connect()).session!;
+    await other.delete(path);
+    await eventually(() => !e.ops.paths.has(path), 10_000, 10); // the deletion was heard
+    await other.create(path, EMPTY, CreateMode.PERSISTENT);
+    const counts = countRequests(e.connection.session!);
+    await cycles(lock, 1);
+    expect([counts.exists ?? 0, counts.getChildren]).toEqual([0, 1]);
+    await cycles(lock, 1);
+    expect([counts.exists, counts.getChildren]).toEqual([1, 2]);
+    await cycles(lock, 1);
+    expect([counts.exists, counts.getChildren]).toEqual([1, 2]);
+  });
+
   it('after a disconnection the next acquire lists (nothing is taken from before it)', async () => {
     const path = await lastingPath('shortcut-reconnect');
     const proxy = await TcpProxy.start(process.env.ZK_CONNECT!);
