@@ -109,30 +109,28 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
 
   const timedRounds = {};
   if (plan.length) {
-    process.stdout.write(`W1-W5: warm-up`);
-    // W5: each process uses every key twice before the rounds (the raw peer's path is made before
-    // its rounds too): the first pass makes the paths (the cold pass), the second is a key's first
-    // return (its path watch set); both are reported on their own.
-    // Four processes first: the one process's keys are then used last before the rounds.
-    for (const p of plan.filter((p) => p.peer === 'ours-keys').reverse()) {
-      const path = `${BASE}/${p.workload}-${p.peer}`;
-      const warm = await Promise.all(p.agents.map((a) => a.request({ cmd: 'warmKeys', path, workers: p.workers })));
-      const pass = (i) => {
-        const keys = warm.reduce((n, w) => n + w.passes[i].keys, 0);
-        const ms = Math.max(...warm.map((w) => w.passes[i].ms));
-        return { acquisitions: keys, ms, perSec: (keys * 1000) / ms, clientCpuUsPerOp: (warm.reduce((n, w) => n + w.passes[i].cpuMs, 0) * 1000) / keys };
-      };
-      const [cold, second] = [pass(0), pass(1)];
-      (results.keysWarmup ??= {})[p.workload] = { ...cold, second };
-      process.stdout.write(` (${p.workload}: every key twice, ${cold.acquisitions} each pass in ${(cold.ms / 1000).toFixed(1)} + ${(second.ms / 1000).toFixed(1)} s)`);
+    process.stdout.write(`W1-W5:`);
+    // Rounds run workload by workload, the peers of one workload alternating round by round: a
+    // workload runs continuously, as in a service. Interleaved with the others, W5's rounds were a
+    // minute apart, its 10 000 key paths were reaped between them (ZooKeeper's reaper, every 60 s)
+    // and its every acquisition was a key's first use (that case is the warm-up's cold pass).
+    /** @type {Map<string, typeof plan>} */
+    const groups = new Map();
+    for (const p of plan) {
+      const workload = p.workload.replace(/x4$/, '');
+      groups.set(workload, [...(groups.get(workload) ?? []), p]);
     }
-    for (const p of plan) await timed(ctx, { ...p, ms: p.peer === 'curator' ? opts.jvmWarmupMs : opts.warmupMs });
-    for (let r = 0; r < opts.rounds; r++) {
-      process.stdout.write(` · round ${r + 1}/${opts.rounds}`);
-      const order = r % 2 === 0 ? plan : [...plan].reverse();
-      for (const p of order) {
-        const key = `${p.workload}/${p.peer}`;
-        (timedRounds[key] ??= []).push(await timed(ctx, { ...p, ms: opts.roundMs }));
+    for (const [workload, group] of groups) {
+      process.stdout.write(` ${workload}: warm-up`);
+      await warmUpKeys(group, results);
+      for (const p of group) await timed(ctx, { ...p, ms: p.peer === 'curator' ? opts.jvmWarmupMs : opts.warmupMs });
+      for (let r = 0; r < opts.rounds; r++) {
+        process.stdout.write(` · ${r + 1}`);
+        const order = r % 2 === 0 ? group : [...group].reverse();
+        for (const p of order) {
+          const key = `${p.workload}/${p.peer}`;
+          (timedRounds[key] ??= []).push(await timed(ctx, { ...p, ms: opts.roundMs }));
+        }
       }
     }
     process.stdout.write('\n');
@@ -140,6 +138,29 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
   const W = Object.fromEntries(Object.entries(timedRounds).map(([k, v]) => [k, aggregate(v)]));
   results.timed = W;
   results.timedRounds = Object.fromEntries(Object.entries(timedRounds).map(([k, v]) => [k, v.map(({ lat, ...rest }) => rest)]));
+}
+
+/**
+ * W5: each process uses every key twice before the rounds (the raw peer's path is made before
+ * its rounds too): the first pass makes the paths (the cold pass), the second is a key's first
+ * return (its path watch set); both are reported on their own. Four processes first: the one
+ * process's keys are then used last before the rounds.
+ * @param {Array<{ workload: string, peer: string, agents: Agent[], workers: number }>} group
+ * @param {Record<string, any>} results
+ */
+async function warmUpKeys(group, results) {
+  for (const p of group.filter((p) => p.peer === 'ours-keys').reverse()) {
+    const path = `${BASE}/${p.workload}-${p.peer}`;
+    const warm = await Promise.all(p.agents.map((a) => a.request({ cmd: 'warmKeys', path, workers: p.workers })));
+    const pass = (i) => {
+      const keys = warm.reduce((n, w) => n + w.passes[i].keys, 0);
+      const ms = Math.max(...warm.map((w) => w.passes[i].ms));
+      return { acquisitions: keys, ms, perSec: (keys * 1000) / ms, clientCpuUsPerOp: (warm.reduce((n, w) => n + w.passes[i].cpuMs, 0) * 1000) / keys };
+    };
+    const [cold, second] = [pass(0), pass(1)];
+    (results.keysWarmup ??= {})[p.workload] = { ...cold, second };
+    process.stdout.write(` (${p.workload}: every key twice, ${cold.acquisitions} each pass in ${(cold.ms / 1000).toFixed(1)} + ${(second.ms / 1000).toFixed(1)} s)`);
+  }
 }
 
 /**
