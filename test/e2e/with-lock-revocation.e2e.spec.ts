@@ -5,7 +5,7 @@ import { LockContext } from '../../lib/core/lock-context.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { uniquePath, zkConnectString } from '../support/helpers.js';
+import { eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 import { within } from '../support/lock-test-helpers.js';
 
 const basePath = uniquePath('e2e-revoke');
@@ -70,7 +70,9 @@ describe('@WithLock({ revocable: true })', () => {
     expect(asked).toHaveLength(1);
     expect(asked[0]!.holder.pid).toBe(process.pid);
     expect(await within(running, 10_000, 'the method stops')).toBe('stopped: revoked');
-    // Released right away (minHoldMs would have kept it 30 s): the other instance gets it.
+    // Released right away (minHoldMs would have kept it 30 s): the node goes (its delete may
+    // still be on its way when the method returns), then the other instance gets it.
+    await eventually(async () => ((await other.get(LockService).inspect('report'))?.holders.length ?? 0) === 0, 10_000, 20);
     const otherReports = other.get(Reports);
     const next = otherReports.whenStarted();
     const second = otherReports.revocable();

@@ -261,7 +261,9 @@ describe('Mutex in-process coalescing (real ZooKeeper)', () => {
       const path = uniquePath('fair');
       const k = 3;
       const log: Grant[] = [];
-      const workers = loopers(new Mutex(a, 'fair', path, { maxLocalHandoffs: k }), 3, log, () => delay(2));
+      // Holds long next to the time the news of B's node takes to reach A on a busy machine (the
+      // observer that counts from its arrival listens on another socket).
+      const workers = loopers(new Mutex(a, 'fair', path, { maxLocalHandoffs: k }), 3, log, () => delay(30));
       try {
         await eventually(() => log.length >= 30, 20_000, 10);
         expect(await childrenOf(observer, path)).toHaveLength(1);

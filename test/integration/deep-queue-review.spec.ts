@@ -702,8 +702,9 @@ describe('Deep queue review: leadership with many participants', () => {
     // Then everyone leads in turn as the leaders step down one by one (each one once).
     const seen = new Set<string>();
     for (let k = 0; k < 6; k++) {
-      await eventually(() => someone() !== undefined, 20_000, 10);
-      const now = someone()!;
+      let now: Leadership | undefined;
+      await eventually(() => (now = someone()) !== undefined, 20_000, 10);
+      if (!now) throw new Error('unreachable');
       seen.add(now.participantId);
       await now.close();
     }
@@ -749,7 +750,8 @@ describeCurator('Deep queue review: Curator waiters in the same queue', () => {
     const c1 = curatorAcquire('c1', 60_000);
     await untilChildCount(observer, path, 2);
     const [w1] = await queueAll(observer, path, [locks[1]!]);
-    const c2 = curatorAcquire('c2', 1500);
+    // Long enough to still be queued after w2 and c3 joined behind it, on a loaded machine too.
+    const c2 = curatorAcquire('c2', 8_000);
     await untilChildCount(observer, path, 4);
     const [w2] = await queueAll(observer, path, [locks[2]!]);
     const c3 = curatorAcquire('c3', 60_000);

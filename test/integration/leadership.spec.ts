@@ -75,7 +75,7 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     await leaders[1]!.close();
     expect(second.signal.aborted).toBe(true);
     await third;
-    expect(Date.now() - closing).toBeLessThan(2000);
+    expect(Date.now() - closing).toBeLessThan(3000); // not the 4 s session timeout (room for a busy machine)
     expect(terms.maxLeading()).toBe(1);
     await Promise.all(leaders.map((l) => l.close()));
     expect(await childrenOf(await connect(), path)).toEqual([]);
@@ -141,7 +141,7 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     const started = Date.now();
     await engines[0]!.shutdown(); // shutdownGraceMs is 10 s by default: a leader is not waited for
     await successor;
-    expect(Date.now() - started).toBeLessThan(2000);
+    expect(Date.now() - started).toBeLessThan(3000); // not the 4 s session timeout (room for a busy machine)
     expect((term.signal.reason as LockLostError).reason).toBe('stepped-down');
     await leaders[1]!.close();
   });

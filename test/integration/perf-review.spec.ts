@@ -43,7 +43,8 @@ describe('retainMs', () => {
     await first.release();
     await (await mutex.acquire()).release(); // kept, watches set
     await observer.session!.delete(node);
-    await delay(300);
+    // Heard: ZooKeeper sends our session the deletion's event before the answer to any later request.
+    await e.connection.session!.exists('/');
     const next = await mutex.acquire({ waitMs: 5000 });
     expect(next.path).not.toBe(node);
     expect(next.signal.aborted).toBe(false);

@@ -2,12 +2,12 @@ import { InvalidOptionError } from '../../lib/core/errors.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
 import { within } from '../support/lock-test-helpers.js';
+import type { ZkConnection } from '../../lib/core/zk-connection.js';
 
 afterAll(closeAll);
 
 /** How many children the lock path has had created so far (ZooKeeper's cversion counts creates and deletes). */
-async function cversionOf(path: string): Promise<number> {
-  const observer = await connect();
+async function cversionOf(observer: ZkConnection, path: string): Promise<number> {
   return (await observer.session!.exists(path))?.cversion ?? -1;
 }
 
@@ -15,11 +15,13 @@ describe('mutex retainMs: the node is kept for the next local holder while no ot
   it('re-acquires without a request, with a new fencing token each time, then gives the node up after retainMs', async () => {
     const path = uniquePath('retain');
     const e = await engine();
-    const mutex = new Mutex(e, 'hot', path, { retainMs: 1500 });
+    // Long enough for the checks below on a loaded machine (the node goes after retainMs).
+    const mutex = new Mutex(e, 'hot', path, { retainMs: 5_000 });
+    const observer = await connect();
     const first = await mutex.acquire();
     const node = first.path;
     await first.release();
-    const before = await cversionOf(path);
+    const before = await cversionOf(observer, path);
     const tokens = [first.fencingToken];
     for (let i = 0; i < 20; i++) {
       const lease = await mutex.acquire({ waitMs: 0 });
@@ -27,9 +29,8 @@ describe('mutex retainMs: the node is kept for the next local holder while no ot
       tokens.push(lease.fencingToken);
       await lease.release();
     }
-    expect(await cversionOf(path)).toBe(before); // no create, no delete
+    expect(await cversionOf(observer, path)).toBe(before); // no create, no delete
     for (let i = 1; i < tokens.length; i++) expect(tokens[i]!).toBeGreaterThan(tokens[i - 1]!);
-    const observer = await connect();
     expect(await childrenOf(observer, path)).toHaveLength(1);
     await eventually(async () => (await childrenOf(observer, path)).length === 0, 15_000);
   });

@@ -316,7 +316,11 @@ describe('our delete delayed or lost, partitions, session expiry', () => {
   it("our delete's answer lost (the link then drops): the next acquire lists, holds once, and nothing stays behind", async () => {
     await withProxy(async (proxy) => {
       const path = await lastingPath('rv-lostdelete');
-      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 4_000 });
+      // Our session must outlive the cut: between `suspended` (2/3 of its timeout) and the point
+      // where we count it lost there is time for the foreign acquire and the reconnect, under
+      // load too (the other engine is made before the cut).
+      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8_000 });
+      const other = await engine();
       const lock = new Mutex(e, 'lost', path, { coalesce: false });
       await cycles(lock, 3);
       const lease = await lock.acquire();
@@ -327,7 +331,6 @@ describe('our delete delayed or lost, partitions, session expiry', () => {
       const ours = lock.acquire({ waitMs: 20_000 }); // sent with the shortcut; its answer is lost too
       await suspended;
       expect(shortcutArmed(e, path)).toBeUndefined(); // forgotten on the disconnection
-      const other = await engine();
       const theirs = new Mutex(other, 'lost', path, { coalesce: false }).acquire({ waitMs: 20_000 });
       let theirsHeld = false;
       void theirs.then(() => (theirsHeld = true), () => undefined);
@@ -346,14 +349,15 @@ describe('our delete delayed or lost, partitions, session expiry', () => {
   it('a silent partition between release and re-acquire: the records go with the connection; a foreign holder meanwhile keeps us out', async () => {
     await withProxy(async (proxy) => {
       const path = await lastingPath('rv-blackhole');
-      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 4_000 });
+      // As above: room for the foreign acquire and the reconnect before our session counts as lost.
+      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8_000 });
+      const other = await engine();
       const lock = new Mutex(e, 'bh', path, { coalesce: false });
       await cycles(lock, 3);
       expect(shortcutArmed(e, path)).toBeDefined();
       const suspended = nextEvent(e.connection, 'suspended');
       proxy.blackhole();
       await suspended;
-      const other = await engine();
       const theirs = await new Mutex(other, 'bh', path, { coalesce: false }).acquire();
       const reconnected = nextEvent(e.connection, 'reconnected');
       proxy.restore();

@@ -99,12 +99,18 @@ export function addedChild(now: readonly string[], before: readonly string[]): s
   return fresh[0]!;
 }
 
-/** Counts the requests a session sends from now on, by operation. */
+/**
+ * Counts the requests a session sends from now on, by operation. Not the connection's heartbeat
+ * (an `exists('/')` after a quiet timeout/4: a loaded machine's stall would add one).
+ */
 export function countRequests(session: ZkSession): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const op of ['create', 'getChildren', 'getData', 'exists', 'delete'] as const) {
     const original = (session[op] as (...args: unknown[]) => unknown).bind(session);
-    (session as unknown as Record<string, unknown>)[op] = (...args: unknown[]) => ((counts[op] = (counts[op] ?? 0) + 1), original(...args));
+    (session as unknown as Record<string, unknown>)[op] = (...args: unknown[]) => {
+      if (!(op === 'exists' && args[0] === '/')) counts[op] = (counts[op] ?? 0) + 1;
+      return original(...args);
+    };
   }
   return counts;
 }
