@@ -54,6 +54,20 @@ class Monitor {
   grants = 0;
   /** Holds by foreign clients (Curator): from its acquire's reply until its release's reply. */
   foreignHolders = new Set<string>();
+  /** Sessions the test ended (killSession): from the decision until their link was restored. */
+  readonly killed = new Map<string, { from: number; restored?: number }>();
+  /** Overlaps excused because the test ended one of the two sessions (reported, for scale). */
+  excusedByKills = 0;
+
+  /**
+   * The test ended this hold's session while it was granted (or was about to be, from events its
+   * client had before the cut): its node goes at any moment, like a foreign delete. A grant in
+   * that session after its link came back would be the library's fault.
+   */
+  endedByTest(hold: Hold): boolean {
+    const kill = this.killed.get(hold.lease.sessionId);
+    return kill !== undefined && (kill.restored === undefined || hold.grantedAt <= kill.restored);
+  }
 
   grant(who: string, lease: Lease): Hold {
     this.grants++;
@@ -61,11 +75,16 @@ class Monitor {
     const node = nameOf(lease);
     const deletedAt = this.foreignDeleted.get(node);
     if (deletedAt !== undefined && deletedAt < now) this.violations.push(`${who} granted on ${node}, deleted by the test before the grant`);
+    const hold = { who, lease, grantedAt: now };
     for (const other of this.active) {
       if (other.lease.signal.aborted) continue;
       if (other.lease.path === lease.path) continue; // coalesced: the same node handed over locally (checked below)
       const otherDeleted = this.foreignDeleted.get(nameOf(other.lease));
       if (otherDeleted !== undefined && otherDeleted >= other.grantedAt) continue;
+      if (this.endedByTest(other) || this.endedByTest(hold)) {
+        this.excusedByKills++;
+        continue;
+      }
       this.violations.push(`${who} granted (${node}) while ${other.who} holds (${nameOf(other.lease)})`);
     }
     for (const other of this.active) {
@@ -74,7 +93,6 @@ class Monitor {
       }
     }
     for (const f of this.foreignHolders) this.violations.push(`${who} granted (${node}) while Curator ${f} holds`);
-    const hold = { who, lease, grantedAt: now };
     this.active.add(hold);
     return hold;
   }
@@ -103,6 +121,7 @@ async function checkLowest(observer: ZkConnection, path: string, hold: Hold, mon
   if (sorted[0] === node) return;
   const deletedAt = monitor.foreignDeleted.get(node);
   if (deletedAt !== undefined && deletedAt >= hold.grantedAt) return; // a holder deleted by the test
+  if (monitor.endedByTest(hold)) return;
   // The listing may be older than a signal that aborts in the meantime: look again shortly.
   await delay(50);
   if (hold.lease.signal.aborted) return;
@@ -903,6 +922,7 @@ describe('Deep queue review: partitions and expiries', () => {
           const i = Math.floor(random() * proxies.length);
           const px = proxies[i]!;
           const action = random();
+          let kill: { from: number; restored?: number } | undefined;
           if (action < 0.3) {
             px.cut();
             faults.cut++;
@@ -918,18 +938,17 @@ describe('Deep queue review: partitions and expiries', () => {
             const holding = [...monitor.active].some((h) => h.lease.sessionId === session?.id);
             if (!session || holding || engines[i]!.connection.state !== 'connected') continue;
             px.cut();
-            // Whatever it is granted from now on, in this session, happens in a session we end.
-            const killedAt = performance.now();
-            const id = session.id;
-            const watch = setInterval(() => {
-              for (const h of monitor.active) if (h.lease.sessionId === id) monitor.foreignDeleted.set(nameOf(h.lease), killedAt);
-            }, 1);
-            await killSession(id, session.password).catch(() => undefined);
-            clearInterval(watch);
+            // Whatever it is granted from now on until its link is back happens in a session we
+            // end (from events its client had before the cut; a loaded CI run delivered one only
+            // after the kill, when a 1 ms poll that marked such holds had not run yet).
+            kill = { from: performance.now() };
+            monitor.killed.set(session.id, kill);
+            await killSession(session.id, session.password).catch(() => undefined);
             faults.kills++;
           }
           await delay(200 + random() * 1300);
           px.restore();
+          if (kill) kill.restored = performance.now();
         }
       })();
       await Promise.all([
@@ -937,7 +956,7 @@ describe('Deep queue review: partitions and expiries', () => {
         chaos,
       ]);
       for (const px of proxies) px.restore();
-      console.log(`partition chaos: ${JSON.stringify({ ...stats, grants: monitor.grants, ...faults })}`);
+      console.log(`partition chaos: ${JSON.stringify({ ...stats, grants: monitor.grants, ...faults, excusedByKills: monitor.excusedByKills })}`);
       expect(monitor.violations).toEqual([]);
       expect(stats.holds).toBeGreaterThan(20);
       await untilChildCount(observer, path, 0, 30_000);
