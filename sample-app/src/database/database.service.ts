@@ -28,11 +28,29 @@ export class DatabaseService implements OnApplicationShutdown {
     mkdirSync(dirname(file), { recursive: true });
     this.db = new Database(file);
     this.db.pragma('busy_timeout = 10000'); // first: the next pragmas may have to wait for another instance
-    this.db.pragma('journal_mode = WAL');
+    this.enableWal();
     this.db.pragma('synchronous = NORMAL');
     this.db.pragma('foreign_keys = ON');
     this.migrate();
     this.logger.log(`SQLite database ${file} (WAL)`);
+  }
+
+  /**
+   * Switching a new file to WAL upgrades a read lock to an exclusive one; instances starting
+   * together on a new file can get SQLITE_BUSY there without the busy handler being called
+   * (SQLite's deadlock avoidance: seen once in a loaded test run). Only then: try again shortly.
+   */
+  private enableWal(): void {
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        this.db.pragma('journal_mode = WAL');
+        return;
+      } catch (error) {
+        if ((error as { code?: string }).code !== 'SQLITE_BUSY' || Date.now() > deadline) throw error;
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 10 + Math.random() * 40); // a synchronous pause (in a constructor)
+      }
+    }
   }
 
   private migrate(): void {
