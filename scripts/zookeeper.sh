@@ -257,31 +257,37 @@ wait_up() {
 }
 
 stop_ids() {  # signal ids...: TERM (then KILL after the grace period) or KILL
-  local sig=$1 id deadline; shift
-  local -a live=()
+  local sig=$1 id pid deadline; shift
+  local -a live=() pids=()
   for id in "$@"; do
     if is_ours "$id"; then
-      kill -s "$sig" "$(pid_of "$id")" 2>/dev/null || true
-      kill -s CONT "$(pid_of "$id")" 2>/dev/null || true   # a paused (SIGSTOPped) server too
-      live+=("$id")
+      pid=$(pid_of "$id")
+      kill -s "$sig" "$pid" 2>/dev/null || true
+      kill -s CONT "$pid" 2>/dev/null || true   # a paused (SIGSTOPped) server too
+      live+=("$id") pids+=("$pid")
     else
       rm -f "$DIR/server.$id.pid"
     fi
   done
   [ "${#live[@]}" -gt 0 ] || return 0
   log "stopping server(s) ${live[*]} in $DIR (SIG$sig)"
+  # Wait on the signalled pids themselves until they are gone or zombies, not on is_ours: a killed
+  # JVM's /proc/PID/cmdline reads empty while its threads are still being torn down, so is_ours
+  # says "gone" too early (a loaded CI run found the server alive right after stop returned).
   deadline=$((SECONDS + STOP_GRACE))
   while :; do
     local -a still=()
-    for id in "${live[@]}"; do is_ours "$id" && still+=("$id"); done
+    for pid in "${pids[@]}"; do
+      case $(proc_state "$pid") in '' | Z | X) ;; *) still+=("$pid") ;; esac
+    done
     [ "${#still[@]}" -eq 0 ] && break
     if [ "$SECONDS" -ge "$deadline" ]; then
-      [ "$sig" = KILL ] && die "server(s) ${still[*]} survived SIGKILL"
-      log "server(s) ${still[*]} still running after ${STOP_GRACE} s: SIGKILL"
-      for id in "${still[@]}"; do kill -s KILL "$(pid_of "$id")" 2>/dev/null || true; done
+      [ "$sig" = KILL ] && die "server process(es) ${still[*]} survived SIGKILL"
+      log "server process(es) ${still[*]} still running after ${STOP_GRACE} s: SIGKILL"
+      for pid in "${still[@]}"; do kill -s KILL "$pid" 2>/dev/null || true; done
       sig=KILL deadline=$((SECONDS + 5))
     fi
-    sleep 0.1
+    sleep 0.05
   done
   for id in "${live[@]}"; do rm -f "$DIR/server.$id.pid"; done
 }
