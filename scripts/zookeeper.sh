@@ -5,8 +5,13 @@
 #   zookeeper.sh install            install zookeeper (and java) with apt-get when missing
 #   zookeeper.sh start    [--dir D] [--port P] [--owner-pid PID]
 #                                   one standalone server (id 1)
-#   zookeeper.sh ensemble [--dir D] [--owner-pid PID]
-#                                   three servers in a quorum (ids 1, 2, 3)
+#   zookeeper.sh ensemble [--dir D] [--owner-pid PID] [--peer-ports P1,...,P12]
+#                                   three servers in a quorum (ids 1, 2, 3); with --peer-ports,
+#                                   server I reaches server J (quorum, election port) at the next
+#                                   two of these ports (I = 1..3, J = 1..3 without I, in order),
+#                                   where the caller forwards to J's own ports (read from
+#                                   D/server.J.cfg, its own server.J line): so that the caller can
+#                                   silence the links between one server and the others
 #   zookeeper.sh stop     [--dir D] [--id N] [--signal TERM|KILL]
 #                                   stop server N (data kept) or all of them (D removed if the
 #                                   script created it); TERM is followed by KILL after a grace time
@@ -113,7 +118,7 @@ server_mode() {  # leader|follower|standalone|not-serving|down
 }
 
 # --- state in $DIR -------------------------------------------------------------------------------
-DIR='' ID='' PORT='' SIGNAL=TERM OWNER_PID=''
+DIR='' ID='' PORT='' SIGNAL=TERM OWNER_PID='' PEER_PORTS=''
 
 use_dir() {  # resolve --dir (or the last auto-created one) for stop/status/restart
   if [ -z "$DIR" ]; then
@@ -355,6 +360,7 @@ cmd_ensemble() {
       connect+="${connect:+,}127.0.0.1:${p[id - 1]}"
     done
     for id in 1 2 3; do
+      [ -z "$PEER_PORTS" ] || servers=$(peer_lines "$id" "${p[@]}")$'\n'
       write_cfg "$id" "${p[id - 1]}" "$servers"
       echo "$id" >"$DIR/data.$id/myid"
     done
@@ -364,6 +370,23 @@ cmd_ensemble() {
     [ "$rc" -eq 2 ] || break
   done
   die "ZooKeeper ensemble did not come up (files kept in $DIR)"
+}
+
+# server.N lines of server $1's config with --peer-ports (then the 9 free ports of cmd_ensemble):
+# its own line with its own ports, every other server at the caller's forwarding ports
+peer_lines() {
+  local self=$1 j k=0; shift
+  local -a p=("$@") pp
+  IFS=, read -r -a pp <<<"$PEER_PORTS"
+  k=$(((self - 1) * 4))
+  for j in 1 2 3; do
+    if [ "$j" = "$self" ]; then
+      echo "server.$j=127.0.0.1:${p[j + 2]}:${p[j + 5]}"
+    else
+      echo "server.$j=127.0.0.1:${pp[k]}:${pp[k + 1]}"
+      k=$((k + 2))
+    fi
+  done
 }
 
 cmd_stop() {
@@ -421,6 +444,7 @@ main() {
       --port) PORT=${2:?--port needs a value}; shift 2 ;;
       --id) ID=${2:?--id needs a value}; shift 2 ;;
       --owner-pid) OWNER_PID=${2:?--owner-pid needs a value}; shift 2 ;;
+      --peer-ports) PEER_PORTS=${2:?--peer-ports needs a value}; shift 2 ;;
       --signal) SIGNAL=${2:?--signal needs a value}; SIGNAL=${SIGNAL#SIG}; shift 2 ;;
       *) usage; die "unknown option: $1" ;;
     esac
@@ -429,6 +453,7 @@ main() {
   [ -z "$ID" ] || [[ $ID =~ ^[0-9]+$ ]] || die "--id must be a number"
   [ -z "$OWNER_PID" ] || kill -0 "$OWNER_PID" 2>/dev/null || die "--owner-pid $OWNER_PID is not a running process"
   case $SIGNAL in TERM | KILL) ;; *) die "--signal must be TERM or KILL" ;; esac
+  [ -z "$PEER_PORTS" ] || [[ $PEER_PORTS =~ ^[0-9]+(,[0-9]+){11}$ ]] || die "--peer-ports must be 12 comma-separated ports"
   case $cmd in
     install) cmd_install ;;
     start) cmd_start ;;

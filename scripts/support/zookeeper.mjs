@@ -5,7 +5,7 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
-import { createConnection } from 'node:net';
+import { createConnection, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -180,7 +180,12 @@ export class ZkServerHandle {
    * @returns {Promise<void>}
    */
   async stop() {
-    if (existsSync(this.dir)) await this.script(['stop', '--dir', this.dir]);
+    try {
+      if (existsSync(this.dir)) await this.script(['stop', '--dir', this.dir]);
+    } finally {
+      await PEER_LINKS.get(this.dir)?.close();
+      PEER_LINKS.delete(this.dir);
+    }
   }
 
   /**
@@ -267,6 +272,34 @@ export class ZkServerHandle {
 
 export class ZkEnsembleHandle extends ZkServerHandle {
   /**
+   * Silences every link between server `id` and the other servers (quorum and election ports):
+   * nothing passes either way and nothing is closed, as in a network partition; its client port
+   * is untouched, so it goes on answering its clients (reads, pings) until it gives up on the
+   * leader (syncLimit × tickTime, 5 s) and drops them. Needs an ensemble started with
+   * `peerLinks: true`. New connections to or from it are accepted and then hear nothing.
+   * @param {number} id
+   */
+  isolate(id) {
+    this.peerLinks().isolate(id);
+  }
+
+  /**
+   * Ends isolate(id): drops the connections of its links (the servers open new ones, and it
+   * rejoins the quorum) and forwards normally again.
+   * @param {number} id
+   */
+  rejoin(id) {
+    this.peerLinks().rejoin(id);
+  }
+
+  /** @private */
+  peerLinks() {
+    const links = PEER_LINKS.get(this.dir);
+    if (!links) throw new Error(`the ensemble in ${this.dir} was not started with peerLinks: true in this process`);
+    return links;
+  }
+
+  /**
    * Ids of the servers that currently report Mode: leader (normally exactly one).
    * @returns {Promise<number[]>}
    */
@@ -290,12 +323,137 @@ export class ZkEnsembleHandle extends ZkServerHandle {
 }
 
 /**
+ * The links between the servers of an ensemble started with `peerLinks: true`: one forwarder per
+ * (server, other server, quorum | election port), in this process, each on its own loopback port
+ * that the first server's config names for the other one (scripts/zookeeper.sh --peer-ports).
+ * A forwarder looks up the target's real port when a connection comes (in the target's own
+ * config), so the script may pick other ports on a clash. isolate(id) silences every link that
+ * starts or ends at server `id`.
+ */
+/**
+ * @typedef {object} PeerLink
+ * @property {number} from the server that connects
+ * @property {number} to the server it reaches
+ * @property {'quorum' | 'election'} kind
+ * @property {import('node:net').Server} server
+ * @property {Set<import('node:net').Socket>} sockets both ends of every connection through it
+ */
+class PeerLinks {
+  /** @type {Set<number>} */
+  isolated = new Set();
+  /** @type {PeerLink[]} */
+  links = [];
+
+  /** @param {string} dir */
+  constructor(dir) {
+    /** @readonly */
+    this.dir = dir;
+  }
+
+  /** Opens the 12 forwarders; resolves with their ports in the order of --peer-ports. */
+  async open() {
+    for (const from of [1, 2, 3]) {
+      for (const to of [1, 2, 3]) {
+        if (to === from) continue;
+        for (const kind of /** @type {const} */ (['quorum', 'election'])) {
+          /** @type {PeerLink} */
+          const link = { from, to, kind, server: createServer((socket) => this.accept(link, socket)), sockets: new Set() };
+          this.links.push(link);
+          await new Promise((resolve, reject) => {
+            link.server.once('error', reject);
+            link.server.listen(0, '127.0.0.1', () => resolve(undefined));
+          });
+        }
+      }
+    }
+    return this.links.map((l) => /** @type {import('node:net').AddressInfo} */ (l.server.address()).port);
+  }
+
+  /** @param {PeerLink} link */
+  silent(link) {
+    return this.isolated.has(link.from) || this.isolated.has(link.to);
+  }
+
+  /**
+   * @param {PeerLink} link
+   * @param {import('node:net').Socket} socket
+   */
+  accept(link, socket) {
+    link.sockets.add(socket);
+    socket.on('error', () => undefined);
+    socket.on('close', () => link.sockets.delete(socket));
+    // Isolated: the connection is there, and nothing ever comes through it (until rejoin()).
+    if (this.silent(link)) return;
+    const port = this.targetPort(link);
+    if (port === undefined) return void socket.destroy();
+    const upstream = createConnection({ host: '127.0.0.1', port });
+    link.sockets.add(upstream);
+    upstream.on('error', () => undefined);
+    upstream.on('close', () => link.sockets.delete(upstream));
+    /** @type {[import('node:net').Socket, import('node:net').Socket][]} */
+    const pairs = [[socket, upstream], [upstream, socket]];
+    for (const [a, b] of pairs) {
+      a.on('data', (chunk) => {
+        if (!this.silent(link)) b.write(chunk);
+      });
+      // A close does not cross a silent link either: the other side stays open, hearing nothing.
+      a.on('close', () => {
+        if (!this.silent(link)) b.destroy();
+      });
+    }
+  }
+
+  /**
+   * The real port of the link's target: from `server.<to>=host:quorum:election` in its own config.
+   * @param {PeerLink} link
+   */
+  targetPort(link) {
+    try {
+      const cfg = readFileSync(join(this.dir, `server.${link.to}.cfg`), 'utf8');
+      const m = new RegExp(`^server\\.${link.to}=[^:]+:(\\d+):(\\d+)`, 'm').exec(cfg);
+      return m ? Number(m[link.kind === 'quorum' ? 1 : 2]) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /** @param {number} id */
+  isolate(id) {
+    this.isolated.add(id);
+  }
+
+  /** @param {number} id */
+  rejoin(id) {
+    if (!this.isolated.delete(id)) return;
+    for (const link of this.links) {
+      if (link.from !== id && link.to !== id) continue;
+      for (const socket of link.sockets) socket.destroy();
+      link.sockets.clear();
+    }
+  }
+
+  async close() {
+    for (const link of this.links) {
+      for (const socket of link.sockets) socket.destroy();
+      link.sockets.clear();
+      await new Promise((resolve) => link.server.close(() => resolve(undefined)));
+    }
+  }
+}
+
+/** The peer links of the ensembles this process started with `peerLinks: true`, by dir. @type {Map<string, PeerLinks>} */
+const PEER_LINKS = new Map();
+
+/**
  * @typedef {object} StartOptions
  * @property {string} [dir] default: newZkDir(); the script creates it and stop() removes it
  * @property {number} [ownerPid] the servers are stopped once this process exits (default: this
  *   one), even if stop() never runs
  * @property {boolean} [echoStderr] pass the script's messages on to our stderr (this and later runs)
  * @property {string} [jvmFlags] extra JVM flags for the servers (see ScriptOptions)
+ * @property {boolean} [peerLinks] startEnsemble only: the servers reach each other through
+ *   forwarders in this process, so that ZkEnsembleHandle.isolate(id) can cut one off from the
+ *   others while its client port stays up (they last as long as this process, or until stop())
  */
 
 /**
@@ -328,6 +486,19 @@ export async function startStandalone(opts = {}) {
 export async function startEnsemble(opts = {}) {
   const [dir, args] = startArgs('ensemble', opts);
   const handle = new ZkEnsembleHandle(dir, { echoStderr: opts.echoStderr, jvmFlags: opts.jvmFlags });
-  await handle.script(args);
+  if (!opts.peerLinks) {
+    await handle.script(args);
+    return handle;
+  }
+  const links = new PeerLinks(dir);
+  try {
+    const ports = await links.open();
+    PEER_LINKS.set(dir, links);
+    await handle.script([...args, '--peer-ports', ports.join(',')]);
+  } catch (error) {
+    PEER_LINKS.delete(dir);
+    await links.close();
+    throw error;
+  }
   return handle;
 }
