@@ -1,0 +1,218 @@
+// The history of one schedule, as the clients saw it (one process, one clock: performance.now()),
+// and its checks:
+// - exclusion, from each holder's own view: no two holds of one lock whose intervals
+//   [granted, min(signal aborted, released)] overlap (readers may overlap readers; a semaphore
+//   may have `permits` at once; holds of one caller never conflict with each other: a downgrade).
+//   Excused: a hold whose node the foreign client deleted after the hold began, from the delete
+//   on (until its holder is told, which ends the interval anyway); one that began after the
+//   delete's reply is not excused. A hold in a session the test killed, from the kill on, and any
+//   hold granted in that session before its link was back (events from before the cut).
+// - fencing: of two holds of one lock that do not overlap, the later one's token is larger
+//   (readers compared with writers only);
+// - no hang: every acquire settles within its waitMs + the session timeout + 5 s; none is left
+//   pending at the end;
+// - every hold ends (released or signal aborted).
+// The orphan check (no ephemeral node left after the clients closed) is run-schedule.mjs's.
+
+/**
+ * @typedef {'exclusive' | 'read' | 'write' | 'slot'} HoldKind
+ * @typedef {{
+ *   id: number, owner: string, client: number, session: string, lock: string, kind: HoldKind, node: string,
+ *   token: bigint, grantedAt: number, abortedAt?: number, abortReason?: string, releasedAt?: number,
+ * }} Hold
+ * @typedef {{ owner: string, lock: string, startedAt: number, waitMs: number | null, settledAt?: number, outcome?: string }} Acquire
+ * @typedef {{ node: string, sentAt: number, repliedAt?: number, ok?: boolean }} Deletion
+ * @typedef {{ session: string, client: number, from: number, restored?: number }} Kill
+ */
+
+export class History {
+  /** @type {Hold[]} */ holds = [];
+  /** @type {Acquire[]} */ acquires = [];
+  /** @type {Deletion[]} */ deletions = [];
+  /** @type {Kill[]} */ kills = [];
+  /** @type {Map<string, number>} lock path -> permits (semaphores) */ permits = new Map();
+  /** @type {string[]} unexpected errors from the library (reported, and a failure) */ errors = [];
+  /** @type {string[]} what happened, in order (for a failure's report) */ events = [];
+  excused = { foreignDelete: 0, killedSession: 0 };
+  t0 = performance.now();
+  nextId = 1;
+
+  /** ms since the schedule began (performance.now(): every client of the schedule is in this process). */
+  now() {
+    return performance.now() - this.t0;
+  }
+
+  /** @param {string} text */
+  note(text) {
+    this.events.push(`${this.now().toFixed(1).padStart(8)} ms ${text}`);
+  }
+
+  /**
+   * A hold begins now; the signal's abort is recorded when it comes. Returns the hold (set its
+   * releasedAt when the holder stops using it).
+   * @param {Omit<Hold, 'id' | 'grantedAt'>} fields
+   * @param {AbortSignal} signal
+   */
+  grant(fields, signal) {
+    /** @type {Hold} */
+    const hold = { id: this.nextId++, ...fields, grantedAt: this.now() };
+    this.holds.push(hold);
+    const onAbort = () => {
+      hold.abortedAt ??= this.now();
+      const reason = /** @type {{ reason?: string } | undefined} */ (signal.reason);
+      hold.abortReason = reason?.reason ?? String(signal.reason);
+      this.note(`#${hold.id} ${hold.owner} ${hold.kind} ${tail(hold.node)} signal aborted (${hold.abortReason})`);
+    };
+    this.note(`#${hold.id} ${hold.owner} granted ${hold.kind} ${tail(hold.node)} token ${hold.token} session ${hold.session}`);
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+    return hold;
+  }
+
+  /** @param {Hold} hold */
+  released(hold) {
+    hold.releasedAt ??= this.now();
+    this.note(`#${hold.id} ${hold.owner} releases ${tail(hold.node)}`);
+  }
+
+  /** @param {string} owner @param {string} lock @param {number | null} waitMs @returns {Acquire} */
+  acquiring(owner, lock, waitMs) {
+    const a = { owner, lock, startedAt: this.now(), waitMs };
+    this.acquires.push(a);
+    return a;
+  }
+
+  /** @param {Acquire} a @param {string} outcome */
+  settled(a, outcome) {
+    a.settledAt = this.now();
+    a.outcome = outcome;
+  }
+
+  /**
+   * When the hold stops counting: its signal aborted, its holder released it, or an excuse began.
+   * @param {Hold} h
+   */
+  end(h) {
+    let end = Math.min(h.abortedAt ?? Infinity, h.releasedAt ?? Infinity);
+    const excuse = this.excuseFrom(h);
+    return excuse === undefined ? { end, excused: undefined } : excuse.at < end ? { end: excuse.at, excused: excuse.why } : { end, excused: undefined };
+  }
+
+  /** @param {Hold} h @returns {{ at: number, why: string } | undefined} */
+  excuseFrom(h) {
+    /** @type {{ at: number, why: string } | undefined} */
+    let best;
+    for (const d of this.deletions) {
+      if (d.node !== h.node || !d.ok) continue;
+      // Began before the delete's reply: the delete may have come first, unknowable to the holder.
+      if (h.grantedAt <= (d.repliedAt ?? Infinity) && (!best || d.sentAt < best.at)) best = { at: Math.max(h.grantedAt, d.sentAt), why: 'node deleted by the foreign client' };
+    }
+    for (const k of this.kills) {
+      if (k.session !== h.session) continue;
+      if (h.grantedAt <= (k.restored ?? Infinity) && (!best || k.from < best.at)) best = { at: Math.max(h.grantedAt, k.from), why: 'session killed by the test' };
+    }
+    return best;
+  }
+
+  /**
+   * @param {{ slackMs: number, endAt: number }} bounds
+   * @returns {{ violations: string[], stats: Record<string, number> }}
+   */
+  check({ slackMs, endAt }) {
+    /** @type {string[]} */
+    const violations = [];
+    const byLock = new Map();
+    for (const h of this.holds) {
+      if (!byLock.has(h.lock)) byLock.set(h.lock, []);
+      byLock.get(h.lock).push(h);
+    }
+    let excusedOverlaps = 0;
+    for (const [lock, holds] of byLock) {
+      const permits = this.permits.get(lock);
+      /** @type {(Hold & { e: number, why?: string })[]} */
+      const spans = holds.map((/** @type {Hold} */ h) => {
+        const { end, excused } = this.end(h);
+        return { ...h, e: Math.min(end, endAt), why: excused };
+      });
+      if (permits !== undefined) {
+        // More than `permits` live slots at a grant.
+        for (const h of spans) {
+          const live = spans.filter((o) => o.grantedAt <= h.grantedAt && o.e > h.grantedAt);
+          if (live.length > permits) violations.push(`${lock}: ${live.length} slots live at once (permits ${permits}) when ${describe(h)} was granted: ${live.map(describe).join('; ')}`);
+        }
+        const liveRaw = (/** @type {Hold} */ h) => spans.filter((o) => o.grantedAt <= h.grantedAt && rawEnd(o) > h.grantedAt).length;
+        for (const h of spans) if (liveRaw(h) > permits && spans.filter((o) => o.grantedAt <= h.grantedAt && o.e > h.grantedAt).length <= permits) excusedOverlaps++;
+      } else {
+        for (let i = 0; i < spans.length; i++) {
+          for (let j = i + 1; j < spans.length; j++) {
+            const a = spans[i];
+            const b = spans[j];
+            if (a.owner === b.owner || !conflicting(a.kind, b.kind)) continue;
+            const overlapRaw = a.grantedAt < rawEnd(b) && b.grantedAt < rawEnd(a);
+            if (!overlapRaw) continue;
+            if (a.grantedAt < b.e && b.grantedAt < a.e) {
+              violations.push(`${lock}: two holders with live signals: ${describe(a)} and ${describe(b)}`);
+            } else excusedOverlaps++;
+          }
+        }
+      }
+      // Fencing tokens: a later hold that does not overlap an earlier one carries a larger token.
+      for (const a of holds) {
+        for (const b of holds) {
+          if (a === b || (a.kind === 'read' && b.kind === 'read')) continue;
+          if (rawEnd(a) <= b.grantedAt && !(b.token > a.token)) {
+            violations.push(`${lock}: token ${b.token} of ${describe(b)} is not above ${a.token} of the earlier ${describe(a)}`);
+          }
+        }
+      }
+    }
+    for (const a of this.acquires) {
+      const bound = (a.waitMs ?? 0) + slackMs;
+      if (a.settledAt === undefined) violations.push(`acquire by ${a.owner} of ${a.lock} (waitMs ${a.waitMs}) never settled`);
+      else if (a.waitMs !== null && a.settledAt - a.startedAt > bound) {
+        violations.push(`acquire by ${a.owner} of ${a.lock} (waitMs ${a.waitMs}) settled after ${Math.round(a.settledAt - a.startedAt)} ms (${a.outcome}), past ${bound} ms`);
+      }
+    }
+    for (const h of this.holds) {
+      if (h.abortedAt === undefined && h.releasedAt === undefined) violations.push(`${describe(h)} never ended (neither released nor lost)`);
+    }
+    for (const e of this.errors) violations.push(`unexpected error: ${e}`);
+    return {
+      violations: dedupe(violations),
+      stats: {
+        holds: this.holds.length,
+        acquires: this.acquires.length,
+        lost: this.holds.filter((h) => h.abortedAt !== undefined && (h.releasedAt === undefined || h.abortedAt <= h.releasedAt)).length,
+        deletions: this.deletions.filter((d) => d.ok).length,
+        kills: this.kills.length,
+        excusedOverlaps,
+      },
+    };
+  }
+}
+
+/** @param {Hold} h */
+function rawEnd(h) {
+  return Math.min(h.abortedAt ?? Infinity, h.releasedAt ?? Infinity);
+}
+
+/** @param {string} a @param {string} b */
+function conflicting(a, b) {
+  return !(a === 'read' && b === 'read');
+}
+
+/** @param {string} node */
+function tail(node) {
+  return node.slice(node.lastIndexOf('/') + 1);
+}
+
+/** @param {Hold} h */
+export function describe(h) {
+  const r = (/** @type {number | undefined} */ t) => (t === undefined ? '-' : t.toFixed(1));
+  return `#${h.id} ${h.owner} ${h.kind} ${tail(h.node)} token ${h.token} [${r(h.grantedAt)}, aborted ${r(h.abortedAt)}${h.abortReason ? ` (${h.abortReason})` : ''}, released ${r(h.releasedAt)}]`;
+}
+
+/** @param {string[]} list */
+function dedupe(list) {
+  return [...new Set(list)];
+}
