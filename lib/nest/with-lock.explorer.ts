@@ -1,5 +1,6 @@
 import { Inject, Injectable, Logger, Optional, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
+import type { InstanceWrapper } from '@nestjs/core/injector/instance-wrapper.js';
 import { LockService } from './lock.service.js';
 import { isTemplate } from './lock-key.util.js';
 import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, type WithLockMetadata } from './with-lock.decorator.js';
@@ -45,7 +46,8 @@ export class WithLockExplorer implements OnModuleInit {
     for (const { wrapper, instance, method } of providerMethods(this.discovery, this.scanner)) {
       const metadata = Reflect.getMetadata(WITH_LOCK_METADATA, method) as WithLockMetadata | undefined;
       if (!metadata) continue;
-      if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService) && wrapper.metatype === instance.constructor) {
+      const injected = builtPerConsumer(wrapper) ? lockServiceVisibleFrom(wrapper) : instance[LOCK_SERVICE_PROPERTY] instanceof LockService;
+      if (!injected && wrapper.metatype === instance.constructor) {
         const host = wrapper.host?.name ?? 'its module';
         throw new LockUsageError(
           `@WithLock on ${metadata.label}: ${host} cannot see LockService (ZkLockModule was registered with ` +
@@ -54,7 +56,7 @@ export class WithLockExplorer implements OnModuleInit {
             'or leave ZkLockModule global (the default).',
         );
       }
-      if (!(instance[LOCK_SERVICE_PROPERTY] instanceof LockService)) {
+      if (!injected) {
         throw new LockUsageError(
           `@WithLock on ${metadata.label}: provider ${String(wrapper.name)} was not built from its class by Nest ` +
             '(useFactory or useValue), so LockService was never injected into it; register the class ' +
@@ -82,4 +84,44 @@ export class WithLockExplorer implements OnModuleInit {
     }
     return out;
   }
+}
+
+/**
+ * A request-scoped provider (or one that depends on one) or a transient one: Nest builds its
+ * instances per request or per consumer, with their properties injected, and `wrapper.instance`
+ * is only a placeholder made from the prototype (no injection), so it says nothing.
+ */
+function builtPerConsumer(wrapper: InstanceWrapper): boolean {
+  return wrapper.isTransient || !wrapper.isDependencyTreeStatic();
+}
+
+/**
+ * Whether LockService is visible from the provider's module, as Nest looks a dependency up (its
+ * own providers, then what its imports export, through re-exported modules): a scoped provider's
+ * properties are injected when an instance is built, and its placeholder has none.
+ */
+function lockServiceVisibleFrom(wrapper: InstanceWrapper): boolean {
+  const host = wrapper.host as NestModule | undefined;
+  if (!host) return true; // nothing to check against: the call itself fails closed
+  return host.providers.has(LockService) || exportedByImports(host, LockService, new Set(), false);
+}
+
+/** The parts of Nest's Module the lookup reads. */
+interface NestModule {
+  id: string;
+  metatype: unknown;
+  providers: Map<unknown, unknown>;
+  exports: Set<unknown>;
+  imports: Set<NestModule | undefined>;
+}
+
+function exportedByImports(module: NestModule, token: unknown, seen: Set<string>, traversing: boolean): boolean {
+  for (const related of module.imports ?? []) {
+    if (!related || seen.has(related.id)) continue;
+    if (traversing && !module.exports.has(related.metatype)) continue;
+    seen.add(related.id);
+    if (related.exports.has(token) && related.providers.has(token)) return true;
+    if (exportedByImports(related, token, seen, true)) return true;
+  }
+  return false;
 }
