@@ -19,6 +19,8 @@ export interface LeadershipOptions {
   /**
    * A request to let go (`LockService.revoke(name)`, Curator's `Revoker` on the leader's node)
    * makes the leader step down (reason `revoked`) and queue again at the tail. Default false.
+   * `LockService.revoke` refuses an election that has a participant that is not this library's
+   * (a Curator LeaderLatch): a LeaderLatch next in line would stop watching the leader's node.
    */
   revocable?: boolean;
 }
@@ -66,10 +68,37 @@ export interface LeadershipEvents {
 }
 
 const LATCH = 'latch-';
+/**
+ * Put between the protected prefix and `latch-` in our participants' node names:
+ * `_c_<uuid>-nzl-latch-<seq>`. Curator sorts a participant by what follows the last `latch-` (the
+ * sequence) and reads its data as the id, so the tag changes nothing for a LeaderLatch; it tells
+ * our participants (which set their watch on the node ahead again after a change of its data)
+ * from the others. A LeaderLatch acts only on the deletion of the node ahead of it and does not
+ * watch again after a data change: writing into the leader's node (a revoke request, an id
+ * written back over one) while a LeaderLatch waits behind it leaves that latch deaf, and once the
+ * leader leaves nobody leads. See foreignParticipants.
+ */
+const OWN_TAG = 'nzl-';
+const OWN_NODE = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-nzl-latch-\d{10}$/;
+
+/** True when `node` (a child's name) is a participant of this library's Leadership. */
+export function isOwnParticipantNode(node: string): boolean {
+  return OWN_NODE.test(node);
+}
+
+/**
+ * The participants among an election's children (names) that are not this library's: Curator
+ * LeaderLatch (`_c_<uuid>-latch-<seq>`) or any other client. Nobody may write into the nodes of
+ * an election that has one (see OWN_TAG).
+ */
+export function foreignParticipants(children: readonly string[]): string[] {
+  return children.filter((c) => c.includes(LATCH) && !isOwnParticipantNode(c));
+}
 
 /**
  * A leader election with Curator's LeaderLatch layout: each participant queues a node
- * `<path>/_c_<uuid>-latch-<seq>` (ephemeral sequential, its id as data), the lowest leads, each
+ * `<path>/_c_<uuid>-nzl-latch-<seq>` (ephemeral sequential, its id as data; a LeaderLatch's is
+ * `_c_<uuid>-latch-<seq>`, sorted the same by the sequence), the lowest leads, each
  * watches one node ahead of it (see exclusiveVerdict; a LeaderLatch watches its predecessor) — so
  * Java services using LeaderLatch on the same path take part in the same election. It runs on the lock queue, with a lock's promise: a term's `signal` aborts
  * before anyone else can lead (session expired or past its deadline, node deleted, stepped down,
@@ -107,7 +136,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       kind: 'leadership',
       lockPath: path,
       parentPath: path,
-      nodeName: LATCH,
+      nodeName: OWN_TAG + LATCH,
       sortMarkers: [LATCH],
       evaluate: exclusiveVerdict,
       data: () => data,
@@ -226,10 +255,11 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       try {
         const entry = await acquireInQueue(this.engine, this.spec, { onCancellable: (cancel) => (this.cancelQueueing = cancel) });
         // Not revocable: a request is ignored, but it replaced our participant id (the node's data,
-        // which Curator and participants() read): write the id back.
+        // which Curator and participants() read): write the id back, unless that would deafen a
+        // LeaderLatch (see restoreId).
         const revocable = this.revocable
           ? (revoked: Lease) => void this.endTerm('revoked', revoked as NodeLease)
-          : (asked: Lease) => void (asked as NodeLease).session.setData(asked.path, this.idBytes).catch(() => undefined);
+          : (asked: Lease) => void this.restoreId(asked as NodeLease);
         lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path, revocable });
         failures = 0;
       } catch (error) {
@@ -250,6 +280,40 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       }
       await this.lead(lease);
     }
+  }
+
+  /** The lease whose ignored revoke request was last reported (one warning per term). */
+  private warnedMarkerKept: NodeLease | undefined;
+
+  /**
+   * A non-revocable leader asked to let go: writes its id back over the marker, only when a fresh
+   * listing shows nothing but our participants. With a LeaderLatch in the election the marker
+   * stays (our id reads `__REVOKE__` until the term ends): a second write into our node would
+   * spend the watch of a latch that set it on our node after the first, and that latch would never
+   * take over. (A latch that joins between the listing and the write is not seen: a window of one
+   * round trip, right after the request.)
+   */
+  private async restoreId(lease: NodeLease): Promise<void> {
+    let children: string[];
+    try {
+      children = (await lease.session.getChildren(this.path)).children;
+    } catch {
+      return; // the session's trouble ends the term or is retried at the next request
+    }
+    const foreign = foreignParticipants(children);
+    if (foreign.length > 0) {
+      if (this.warnedMarkerKept !== lease) {
+        this.warnedMarkerKept = lease;
+        this.engine.warn(
+          `leader election ${JSON.stringify(this.name)}: a request to let go was ignored (not revocable), and its marker stays as ` +
+            `the leader's id: the election has participants that are not this library's (${foreign.join(', ')}; a Curator ` +
+            `LeaderLatch stops watching the node ahead of it when its data changes, so writing our id back could leave it never leading)`,
+        );
+      }
+      return;
+    }
+    if (!lease.isHeld) return;
+    await lease.session.setData(lease.path, this.idBytes).catch(() => undefined);
   }
 
   /** One term: until the lease is lost or ended here. The term's signal aborts before the node goes. */

@@ -91,7 +91,9 @@ export class LockService {
    * holders hear it too) and resolves with the holders asked, as `inspect` describes them (empty
    * when nobody holds it). Only holders that made their lock `revocable` act on it; it is a
    * request, not a break. Rejects with a ZkError NOAUTH without write access to the lock's nodes
-   * (with `auth`, only clients with the same credentials have it).
+   * (with `auth`, only clients with the same credentials have it), and with a LockUsageError for
+   * a leader election that has a participant that is not this library's (a Curator LeaderLatch:
+   * it would stop watching the leader's node and never take over).
    */
   revoke(name: string, options?: { signal?: AbortSignal }): Promise<ContenderInfo[]> {
     return revokeHolders(this.connection, this.pathOf(name), options);

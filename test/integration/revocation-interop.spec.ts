@@ -4,7 +4,10 @@
 // marker cannot be written past the lock's ACL. The Curator tests need java + javac and Debian's
 // libcurator-*-java jars and are skipped without them.
 import { randomUUID } from 'node:crypto';
-import { LockLostError } from '../../lib/core/errors.js';
+import { LockLostError, LockUsageError } from '../../lib/core/errors.js';
+import { Leadership } from '../../lib/core/leadership.js';
+import { LockService } from '../../lib/nest/lock.service.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
@@ -13,7 +16,7 @@ import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { ZkError } from '../../lib/core/zk-error.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
-import { closeAll, connect, eventually, uniquePath } from '../support/helpers.js';
+import { closeAll, connect, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 
 const unavailable = curatorPeerUnavailableReason();
 if (unavailable) console.warn(`Skipping the Curator revocation interop tests: ${unavailable}`);
@@ -237,5 +240,142 @@ describe('revocation and access control (Node only)', () => {
     expect(await within(aborted, 10_000, 'the holder told by an authorised revoke')).toMatchObject({ name: 'LockLostError', reason: 'revoked' });
     expect(lease.isHeld).toBe(true);
     await lease.release();
+  });
+});
+
+// A LeaderLatch sets a getData watch on the node ahead of it and acts only on its deletion: a
+// change of that node's data spends the watch and the latch never watches again, so once the
+// leader leaves it never takes over. These check that the library writes nothing into the nodes
+// of an election with Curator participants, and that the election goes on after the leader leaves.
+describeInterop('Revocation in leader elections with Curator LeaderLatch participants', () => {
+  const root = `/interop/revocation-election-${randomUUID().slice(0, 8)}`;
+  let connection: ZkConnection;
+  let engine: LockEngine;
+  let curator: CuratorPeer;
+  let service: LockService;
+
+  beforeAll(async () => {
+    [curator, connection] = await Promise.all([CuratorPeer.start(process.env.ZK_CONNECT!), connect({ sessionTimeoutMs: 10_000 })]);
+    engine = new LockEngine(connection, { app: 'revocation-election-interop' });
+    service = new LockService(engine, connection);
+  });
+  afterAll(async () => {
+    await engine?.drain();
+    await curator?.close();
+  });
+
+  /** Our participant leading `path`, with a started Curator LeaderLatch `latchId` in line behind it. */
+  async function oursLeadingLatchBehind(path: string, latchId: string, options: { revocable: boolean }): Promise<Leadership> {
+    const ours = new Leadership(engine, path, path, { participantId: `node-${latchId}`, ...options }).start();
+    await within(ours.whenLeader(), 10_000, 'our participant leading');
+    await curator.latch(latchId, path, `java-${latchId}`);
+    await eventually(async () => (await ours.participants()).length === 2, 10_000);
+    expect(await curator.latchLeader(latchId)).toBe(`node-${latchId}`);
+    // Let the latch set its watch on our node (getData on the node ahead, after its listing).
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    return ours;
+  }
+
+  it.each([
+    ['revokeHolders', 'revocable', true],
+    ['revokeHolders', 'not revocable', false],
+    ['LockService.revoke', 'revocable', true],
+    ['LockService.revoke', 'not revocable', false],
+  ] as const)('%s on our %s leader with a LeaderLatch next in line is refused, and the latch leads once our leader leaves', async (how, label, revocable) => {
+    const id = `${how === 'revokeHolders' ? 'rh' : 'ls'}-${revocable ? 'r' : 'n'}`;
+    const path = `${root}/${id}`;
+    const ours = await oursLeadingLatchBehind(path, id, { revocable });
+    const ourNode = ours.term!.path;
+
+    const outcome = await (how === 'revokeHolders' ? revokeHolders(connection, path) : service.revoke(path)).then(
+      (asked) => asked,
+      (error: unknown) => error,
+    );
+    // What matters first: the election goes on when the leader leaves.
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    await ours.close();
+    await within(
+      eventually(() => curator.hasLeadership(id), 10_000, 50),
+      15_000,
+      `the LeaderLatch leading after our ${label} leader left (revoke: ${outcome instanceof Error ? outcome.name : 'written'})`,
+    );
+    expect(outcome).toBeInstanceOf(LockUsageError);
+    expect((outcome as Error).message).toMatch(/not this library's.*_c_[0-9a-f-]{36}-latch-\d{10}.*LeaderLatch/s);
+    expect(await curator.stat(ourNode)).toBeNull();
+    await curator.latchClose(id);
+  });
+
+  it('a revoke of a LeaderLatch leader is refused (its node is not written) and our participant behind it leads once it closes', async () => {
+    const path = `${root}/latch-leads`;
+    await curator.latch('ll', path, 'java-ll');
+    await eventually(() => curator.hasLeadership('ll'), 10_000);
+    const ours = new Leadership(engine, path, path, { participantId: 'node-ll', revocable: true }).start();
+    await eventually(async () => (await ours.participants()).length === 2, 10_000);
+    const [latchNode] = (await curator.children(path))!.filter((c) => !c.includes('-nzl-'));
+
+    await expect(service.revoke(path)).rejects.toThrow(LockUsageError);
+    expect((await curator.stat(`${path}/${latchNode}`))?.data).toBe('java-ll');
+
+    await curator.latchClose('ll');
+    await within(ours.whenLeader(), 10_000, 'our participant leading after the LeaderLatch closed');
+    await ours.close();
+  });
+
+  it("a revoke in an election of our participants only still works: the revocable leader steps down and the next one leads", async () => {
+    const path = `${root}/ours-only`;
+    const other = await connect({ sessionTimeoutMs: 10_000 });
+    const otherEngine = new LockEngine(other, { app: 'revocation-election-interop-2' });
+    const first = new Leadership(engine, path, path, { participantId: 'first', revocable: true }).start();
+    await within(first.whenLeader(), 10_000, 'the first leading');
+    const second = new Leadership(otherEngine, path, path, { participantId: 'second' }).start();
+    await eventually(async () => (await first.participants()).length === 2, 10_000);
+
+    const asked = await service.revoke(path);
+    expect(asked.map((c) => c.holder.host)).toEqual(['first']);
+    await within(second.whenLeader(), 10_000, 'the second leading after the revoke');
+    await Promise.all([first.close(), second.close()]);
+    await otherEngine.drain();
+  });
+
+  it("Curator's Revoker on our non-revocable leader: a LeaderLatch that joined after the request still leads once our leader leaves (our id is not written back over the marker)", async () => {
+    const path = `${root}/revoker-writeback`;
+    const proxy = await TcpProxy.start(zkConnectString());
+    const warnings: string[] = [];
+    try {
+      const slow = await connect({ connectString: proxy.connectString, sessionTimeoutMs: 15_000 });
+      const slowEngine = new LockEngine(slow, { app: 'revocation-election-slow' });
+      slowEngine.onWarning((message) => warnings.push(message));
+      const ours = new Leadership(slowEngine, path, path, { participantId: 'node-wb' }).start();
+      await within(ours.whenLeader(), 10_000, 'our participant leading');
+      const ourNode = ours.term!.path;
+
+      // Our leader hears nothing for a while: the request lands, then a latch lines up behind it
+      // and watches its node, which already carries the marker.
+      proxy.blackhole();
+      await curator.revoke(ourNode);
+      await curator.latch('wb', path, 'java-wb');
+      await eventually(async () => (await curator.children(path))?.length === 2, 10_000);
+      expect(await curator.latchLeader('wb')).toBe(REVOKE_MARKER);
+      await new Promise((resolve) => setTimeout(resolve, 500));
+
+      // Back: our leader's client reconnects (same session), hears of the data change, ignores the
+      // request (not revocable). Wait until it has dealt with it: id written back, or kept and said so.
+      proxy.restore();
+      await eventually(
+        async () => warnings.some((w) => w.includes('request to let go was ignored')) || (await curator.stat(ourNode))?.data === 'node-wb',
+        10_000,
+      );
+      expect(ours.isLeader).toBe(true);
+      await new Promise((resolve) => setTimeout(resolve, 300));
+
+      await ours.close();
+      await within(eventually(() => curator.hasLeadership('wb'), 10_000, 50), 15_000, 'the LeaderLatch leading after our leader left');
+      expect((await curator.stat(ourNode)) ?? null).toBeNull();
+      expect(warnings.filter((w) => w.includes('request to let go was ignored'))).toHaveLength(1);
+      await curator.latchClose('wb');
+      await slowEngine.drain();
+    } finally {
+      await proxy.close();
+    }
   });
 });
