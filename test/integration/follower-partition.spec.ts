@@ -1,0 +1,196 @@
+import { LockEngine } from '../../lib/core/lock-engine.js';
+import { Leadership } from '../../lib/core/leadership.js';
+import { Mutex } from '../../lib/core/mutex.js';
+import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
+import { Semaphore } from '../../lib/core/semaphore.js';
+import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { uniquePath } from '../support/helpers.js';
+import { startEnsemble, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
+
+// A follower cut off from the leader (its client port up) keeps answering its clients' reads and
+// pings until it gives up on the leader (syncLimit × tickTime: 5 s on these servers). The leader,
+// hearing nothing of the sessions on it, expires them after their timeout, and another client
+// takes the lock. From the holder's own view, its lease must be gone before that.
+// One 3-server ensemble whose servers reach each other through forwarders in this process
+// (isolate(id) silences one server's links, closing nothing); shared by the tests, each of which
+// lets the cut-off follower rejoin before the next.
+
+const SERVERS = [1, 2, 3];
+let ensemble: ZkEnsembleHandle;
+const connections: ZkConnection[] = [];
+
+beforeAll(async () => {
+  ensemble = await startEnsemble({ peerLinks: true });
+}, 120_000);
+afterEach(async () => {
+  await Promise.all(connections.splice(0).map((c) => c.close().catch(() => undefined)));
+}, 60_000);
+afterAll(async () => {
+  await ensemble?.stop();
+}, 60_000);
+
+const address = (id: number) => `127.0.0.1:${ensemble.server(id).port}`;
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The promise's value, or undefined if it has not settled within `ms`. */
+async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms)));
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function open(connectString: string, sessionTimeoutMs: number): Promise<ZkConnection> {
+  const connection = new ZkConnection({ connectString, sessionTimeoutMs });
+  connections.push(connection);
+  await connection.connect();
+  return connection;
+}
+
+/** Every server serving, one of them leading; returns the leader and a follower. */
+async function healthyEnsemble(): Promise<{ leader: number; follower: number; others: number[] }> {
+  const leader = await ensemble.waitForLeader([], 60_000);
+  await waitFor('every server to serve', async () => {
+    const modes = await Promise.all(SERVERS.map((id) => ensemble.mode(id, 1000)));
+    return modes.every((m) => m === 'leader' || m === 'follower') ? true : undefined;
+  }, 60_000);
+  const follower = SERVERS.find((id) => id !== leader)!;
+  return { leader, follower, others: SERVERS.filter((id) => id !== follower) };
+}
+
+/** Whether server `id`'s `cons` lists the session. */
+async function servesSession(id: number, sessionId: string): Promise<boolean> {
+  const cons = await ensemble.fourLetter(id, 'cons').catch(() => '');
+  return cons.includes(`sid=0x${sessionId}`);
+}
+
+/**
+ * A's connection, on server `follower`: given that server alone, or all three (the C client
+ * picks one at random: open connections until one lands there).
+ */
+async function connectA(follower: number, sessionTimeoutMs: number, alone: boolean): Promise<ZkConnection> {
+  if (alone) return open(address(follower), sessionTimeoutMs);
+  const all = [follower, ...SERVERS.filter((id) => id !== follower)].map(address).join(',');
+  for (let attempt = 0; attempt < 30; attempt++) {
+    const connection = await open(all, sessionTimeoutMs);
+    if (await servesSession(follower, connection.sessionId!)) return connection;
+    await connection.close();
+  }
+  throw new Error(`no connection to all three servers landed on server ${follower} in 30 tries`);
+}
+
+/** A hold from its holder's own view. */
+interface Hold {
+  readonly signal: AbortSignal;
+  /** Whether the holder still takes itself to hold (the library's own check, deadline included). */
+  held(): boolean;
+  release(): Promise<void>;
+}
+
+interface Recipe {
+  name: string;
+  take(engine: LockEngine, path: string, who: string): Promise<Hold>;
+}
+
+const RECIPES: Recipe[] = [
+  {
+    name: 'mutex',
+    take: async (engine, path) => {
+      const lease = await new Mutex(engine, 'follower-partition', path).acquire();
+      return { signal: lease.signal, held: () => lease.isHeld, release: () => lease.release() };
+    },
+  },
+  {
+    name: 'semaphore',
+    take: async (engine, path) => {
+      const lease = await new Semaphore(engine, 'follower-partition', path, { permits: 1 }).acquire();
+      return { signal: lease.signal, held: () => lease.isHeld, release: () => lease.release() };
+    },
+  },
+  {
+    name: 'read-write lock (write half)',
+    take: async (engine, path) => {
+      const lease = await new ReadWriteLock(engine, 'follower-partition', path).write.acquire();
+      return { signal: lease.signal, held: () => lease.isHeld, release: () => lease.release() };
+    },
+  },
+  {
+    name: 'leader election',
+    take: async (engine, path, who) => {
+      const election = new Leadership(engine, 'follower-partition', path, { participantId: who }).start();
+      const term = await election.whenLeader();
+      return { signal: term.signal, held: () => election.term === term, release: () => election.close() };
+    },
+  },
+];
+
+/** Ephemeral nodes under `path`, at any depth (the recipes' layouts differ). */
+async function ephemeralsUnder(connection: ZkConnection, path: string): Promise<number> {
+  const session = connection.session!;
+  const children = await session.getChildren(path).then((r) => r.children, () => [] as string[]);
+  let count = 0;
+  for (const child of children) {
+    const stat = await session.exists(`${path}/${child}`);
+    if (stat && stat.ephemeralOwner !== '0') count++;
+    count += await ephemeralsUnder(connection, `${path}/${child}`);
+  }
+  return count;
+}
+
+const CONFIGURATIONS = [
+  { label: 'connected to that follower alone', alone: true, sessionTimeoutMs: 2000 },
+  { label: 'given all three servers', alone: false, sessionTimeoutMs: 4000 },
+];
+
+describe.each(CONFIGURATIONS)('a holder whose follower is cut off from the leader ($label, session timeout $sessionTimeoutMs ms)', ({ alone, sessionTimeoutMs }) => {
+  it.each(RECIPES)('$name: the holder lets go before the other process is granted', async (recipe) => {
+    const { follower, others } = await healthyEnsemble();
+    const aConnection = await connectA(follower, sessionTimeoutMs, alone);
+    const bConnection = await open(others.map(address).join(','), 4000);
+    const path = uniquePath('follower-partition');
+
+    const a = await recipe.take(new LockEngine(aConnection, { app: 'jest-a' }), path, 'A');
+    let aAbortedAt: number | undefined;
+    a.signal.addEventListener('abort', () => (aAbortedAt = performance.now()), { once: true });
+    // B queues behind A (its node is there) before the cut.
+    let grant: { at: number; aHeld: boolean; aAborted: boolean; aState: string } | undefined;
+    const bTaking = recipe.take(new LockEngine(bConnection, { app: 'jest-b' }), path, 'B').then((hold) => {
+      // A's own view at the moment B holds: held() runs the library's deadline check first.
+      const aHeld = a.held();
+      grant = { at: performance.now(), aHeld, aAborted: a.signal.aborted, aState: aConnection.state };
+      return hold;
+    });
+    bTaking.catch(() => undefined);
+    await waitFor('B to queue behind A', async () => ((await ephemeralsUnder(bConnection, path)) >= 2 ? true : undefined), 20_000, 50);
+    await sleep(300);
+    expect(grant).toBeUndefined();
+    expect(a.held()).toBe(true);
+    expect(await servesSession(follower, aConnection.sessionId!)).toBe(true);
+
+    const cutAt = performance.now();
+    ensemble.isolate(follower);
+    let b: Hold | undefined;
+    try {
+      // The leader expires A's session about a timeout after the cut, and B is granted; A is told
+      // by then (fixed), or once its follower gives up and it hears of the expiry (5 s + more).
+      b = await settledWithin(bTaking, sessionTimeoutMs + 30_000);
+      await waitFor("A's signal to abort", async () => (a.signal.aborted ? true : undefined), 30_000, 20).catch(() => undefined);
+    } finally {
+      ensemble.rejoin(follower);
+    }
+    const figures =
+      `cut → B granted ${grant ? Math.round(grant.at - cutAt) : '-'} ms, cut → A's signal aborted ${aAbortedAt !== undefined ? Math.round(aAbortedAt - cutAt) : '-'} ms` +
+      (grant ? `; when B was granted A's connection was ${grant.aState}, its signal ${grant.aAborted ? 'aborted' : 'live'}` : '');
+    if (process.env.ZK_TEST_FIGURES) process.stderr.write(`follower-partition ${recipe.name} (alone ${alone}, T ${sessionTimeoutMs}): ${figures}\n`);
+    await waitFor(`server ${follower} to rejoin`, async () => ((await ensemble.mode(follower, 1000)) === 'follower' ? true : undefined), 60_000);
+    await b?.release().catch(() => undefined);
+    await a.release().catch(() => undefined);
+
+    expect(b ? 'B granted' : `B not granted: ${figures}`).toBe('B granted');
+    expect(aAbortedAt !== undefined ? "A's signal aborted" : `A's signal live: ${figures}`).toBe("A's signal aborted");
+    expect(grant!.aHeld ? `A still held when B was granted: ${figures}` : 'A let go first').toBe('A let go first');
+  }, 120_000);
+});
