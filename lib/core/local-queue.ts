@@ -27,8 +27,8 @@ interface OwnNode {
   /** The node's watches (its deletion, the queue), once requested; handoffs wait until they are set. */
   watched?: Promise<void>;
   watchesSet: boolean;
-  /** Kept with no holder (`retainMs`): ends it when the time is up or at shutdown. */
-  retention?: { timer: NodeJS.Timeout; stopWatchingEngine: () => void };
+  /** Kept with no holder (`retainMs`): ends it when the time is up, at a disconnection or at shutdown. */
+  retention?: { timer: NodeJS.Timeout; stopWatchingEngine: () => void; stopWatchingLink: () => void };
 }
 
 export interface LocalQueueOptions {
@@ -239,7 +239,13 @@ export class LocalQueue {
     this.watchForHandoff(own);
     const timer = setTimeout(() => this.endRetention(own), retainMs);
     timer.unref();
-    own.retention = { timer, stopWatchingEngine: this.engine.onStop(() => this.endRetention(own)) };
+    own.retention = {
+      timer,
+      stopWatchingEngine: this.engine.onStop(() => this.endRetention(own)),
+      // What we knew of the kept node is unconfirmed once the link drops (someone may delete it
+      // meanwhile, and the event comes only after the reconnect): let it go, the next acquire queues.
+      stopWatchingLink: this.engine.onDisconnect(() => this.endRetention(own)),
+    };
     return true;
   }
 
@@ -247,6 +253,7 @@ export class LocalQueue {
     if (!own.retention) return;
     clearTimeout(own.retention.timer);
     own.retention.stopWatchingEngine();
+    own.retention.stopWatchingLink();
     own.retention = undefined;
   }
 

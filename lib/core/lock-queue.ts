@@ -292,9 +292,13 @@ class QueueWaiter {
     const name = ourPath?.slice(ourPath.lastIndexOf('/') + 1);
     const shortcut = 'watch' in verdict && verdict.holdsWhenGone && ourPath !== undefined;
     if (shortcut && ourPath) this.watchOwnNode(session, ourPath);
+    const connection = this.engine.connection;
+    // Our node's watch proves it intact only on a confirmed link: after a reconnect the events of
+    // the re-sent watches come in no particular order (the server sends data watches' before
+    // exists watches'), so the head's deletion can arrive before our own node's.
     const ownIntact = () => {
       const own = this.ownWatch;
-      return own !== undefined && own.path === ourPath && own.watch.armed;
+      return own !== undefined && own.path === ourPath && own.watch.armed && connection.state === 'connected' && connection.session === session;
     };
     let fired: WatchEventType | undefined;
     let resolveWake!: () => void;
@@ -304,7 +308,6 @@ class QueueWaiter {
       fired ??= type;
       resolveWake();
     };
-    const connection = this.engine.connection;
     const onState = () => {
       if (connection.state === 'connected' || connection.session !== session || session.isClosed) resolveWake();
     };

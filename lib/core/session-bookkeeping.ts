@@ -65,9 +65,9 @@ export function answeredByServer(code: number): boolean {
 }
 
 /**
- * When the server last heard from a session, from its requests: the send time of the newest one it
- * answered (a lower bound, see ZkSession.lastAnsweredSentAt), and how long the oldest unanswered
- * one has waited.
+ * When the leader last heard from a session, from its requests: the send time of the newest one
+ * answered that went through the leader (a lower bound, see ZkSession.lastAnsweredSentAt), and how
+ * long the oldest unanswered request has waited.
  */
 export class RequestClock {
   lastAnsweredSentAt = performance.now();
@@ -76,15 +76,17 @@ export class RequestClock {
 
   /**
    * A request is sent (no sooner than now): returns what to call with its answer's code, which
-   * tells whether the answer came from the server.
+   * tells whether the answer came from the server. Only an answer that passed through the leader
+   * (`viaLeader`: a write or a sync) moves `lastAnsweredSentAt`: the leader expires sessions, and
+   * a follower cut off from it still answers reads (and pings) from its own copy.
    */
-  sent(): (code: number) => boolean {
+  sent(viaLeader: boolean): (code: number) => boolean {
     const request = { sentAt: performance.now() };
     this.pending.add(request);
     return (code) => {
       this.pending.delete(request);
       const fromServer = answeredByServer(code);
-      if (fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
+      if (viaLeader && fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
       return fromServer;
     };
   }

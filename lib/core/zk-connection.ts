@@ -29,14 +29,31 @@ const AUTH_FAILED_STATE = -113;
 /** When the first "still not connected" probe runs (a healthy connect takes milliseconds), and then how often. */
 const FIRST_PROBE_MS = 2000;
 const PROBE_EVERY_MS = 10_000;
-const WATCHDOG_INTERVAL_MS = 250;
 
 /**
- * How long before the server may expire the session we count it as lost: room for timers firing
- * late on a busy event loop. A tenth of the session timeout, at least 250 ms.
+ * How often the watchdog looks at the C client's state and the heartbeat's due time: at most a
+ * fortieth of the session timeout, so that a heartbeat goes out within T/20 + T/40 (see lossMarginMs).
+ */
+function watchdogIntervalMs(sessionTimeoutMs: number): number {
+  return Math.max(20, Math.min(250, sessionTimeoutMs / 40));
+}
+
+/** A sync goes out whenever the newest answer that went through the leader was sent this long ago. */
+function heartbeatAfterMs(sessionTimeoutMs: number): number {
+  return sessionTimeoutMs / 20;
+}
+
+/**
+ * How long before the leader may expire the session we count it as lost. The deadline counts
+ * from the send time of the newest sync or write answered; a follower forwards those at once,
+ * but tells the leader which sessions it heard from only in its replies to the leader's pings,
+ * every tickTime/2. So the leader's own "last heard" can lag our deadline's start by tickTime/2
+ * plus the gap between two requests of ours (the heartbeat's T/20, the watchdog's T/40). A fifth
+ * of the session timeout, at least 250 ms, covers that for tickTime up to T/5 (the defaults, 2 s
+ * and 15 s, leave 1.6 s of room) and timers firing late on a busy event loop.
  */
 export function lossMarginMs(sessionTimeoutMs: number): number {
-  return Math.max(250, sessionTimeoutMs / 10);
+  return Math.max(250, sessionTimeoutMs / 5);
 }
 const EXPIRED_SESSION_STATE = -112;
 
@@ -160,7 +177,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   private start(firstProbeMs: number): void {
-    this.watchdog = setInterval(() => this.checkNativeState(), WATCHDOG_INTERVAL_MS).unref();
+    this.watchdog = setInterval(() => this.checkNativeState(), watchdogIntervalMs(this.options.sessionTimeoutMs)).unref();
     this.openSession();
     this.probeUntilConnected(firstProbeMs);
   }
@@ -263,6 +280,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
             this.connectedSessions.add(session);
             void this.prepareSession(session, isCurrent);
           } else {
+            // A new link: whatever we learned on the old one is unconfirmed until the server answers
+            // on this one, also when the drop itself went unnoticed (the binding can miss it).
+            this.suspend(session);
             this.resume(session);
           }
         },
@@ -328,19 +348,47 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.deadlineTimer.unref();
   }
 
+  /**
+   * Counts the links the current session went through: bumped when one drops, so that an answer
+   * to a request sent on an earlier link confirms nothing about the current one.
+   */
+  private link = 0;
+  /** The link whose confirmation is in flight (see resume). */
+  private confirming: number | undefined;
+
   /** Disconnected: the session lives on until its deadline (the deadline timer keeps running). */
   private suspend(session: ZkSession): void {
-    if (session !== this.current || this.currentState !== 'connected') return;
+    if (session !== this.current) return;
+    this.link++;
+    if (this.currentState !== 'connected') return;
     this.setState('suspended');
     this.emit('suspended');
   }
 
+  /**
+   * Connected again, but everything learned before the drop (a watch set, a node of ours, a
+   * leader's term) is unconfirmed: the server sends the events of the watches the client re-sent
+   * (a deletion of our node while we were away, say) after the reconnect, and before the answer to
+   * any request sent after it. So the session counts as connected again, and 'reconnected' is
+   * emitted, only once a sync sent on this link is answered: by then every such event was
+   * delivered, and the answer went through the leader, which still knew the session.
+   */
   private resume(session: ZkSession): void {
     if (session !== this.current || this.currentState !== 'suspended') return;
     if (!this.checkDeadline()) return; // reconnected too late: the server may have expired it
-    this.setState('connected');
-    this.emit('reconnected', session.id);
-    this.sendHeartbeat(session); // a reconnect proves nothing about the deadline; an answer does
+    const link = this.link;
+    if (this.confirming === link) return;
+    this.confirming = link;
+    const confirmed = () => {
+      if (this.confirming === link) this.confirming = undefined;
+      if (session !== this.current || this.currentState !== 'suspended' || link !== this.link) return;
+      if (!session.isConnectedNatively || !this.checkDeadline()) return;
+      this.setState('connected');
+      this.emit('reconnected', session.id);
+    };
+    // Failed (the link dropped again, or the server refused): the next connect or watchdog round retries.
+    const failed = () => void (this.confirming === link && (this.confirming = undefined));
+    session.sync('/').then(confirmed, failed);
   }
 
   /**
@@ -352,17 +400,20 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (!session || !this.connectedSessions.has(session)) return;
     // Keep the deadline fresh (the C client's pings are invisible to us): a request whenever the
     // newest answered one was sent a quarter of the timeout ago, so that an answer has the rest.
-    if (this.currentState === 'connected' && performance.now() - session.lastAnsweredSentAt > session.timeoutMs / 4) this.sendHeartbeat(session);
+    if (this.currentState === 'connected' && performance.now() - session.lastAnsweredSentAt > heartbeatAfterMs(session.timeoutMs)) this.sendHeartbeat(session);
     if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
     else if (this.currentState === 'suspended' && session.isConnectedNatively) this.resume(session);
   }
 
-  /** One small request at a time; its answer moves the deadline. */
+  /**
+   * One sync at a time; its answer moves the deadline. A sync, not a read: a follower forwards it
+   * to the leader, so a follower cut off from the leader cannot answer it (it answers reads).
+   */
   private sendHeartbeat(session: ZkSession): void {
     if (this.heartbeats.has(session)) return;
     this.heartbeats.add(session);
     const done = () => void this.heartbeats.delete(session);
-    session.exists('/').then(done, done);
+    session.sync('/').then(done, done);
   }
 
   private sessionLost(session: ZkSession, reason: SessionLostReason): void {

@@ -116,6 +116,11 @@ export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
 export type { WatchEventType, WatchListener } from './session-bookkeeping.js';
 
 const NATIVE_CONNECTED_STATE = 3;
+/**
+ * Requests a follower forwards to the leader (writes, sync): only their answers show the leader,
+ * which expires sessions, heard of ours. Reads and auth are answered by the server we talk to.
+ */
+const VIA_LEADER = new Set(['create', 'delete', 'setData', 'setAcl', 'sync']);
 /** The most requests in flight (see NativeZkSession.window): enough to keep the server busy, little enough to answer within a tick. */
 const MAX_IN_FLIGHT = 1000;
 /** The in-flight window never shrinks below this (see NativeZkSession.window). */
@@ -173,8 +178,8 @@ export interface ZkSession {
   readonly isConnectedNatively: boolean;
   readonly isClosed: boolean;
   /**
-   * A lower bound (performance.now()) of when the server last heard from us: the send time of the
-   * newest request it answered (see NativeZkSession).
+   * A lower bound (performance.now()) of when the leader last heard from us: the send time of the
+   * newest request answered that went through the leader, a write or a sync (see NativeZkSession).
    */
   readonly lastAnsweredSentAt: number;
   close(): void;
@@ -224,12 +229,13 @@ export class NativeZkSession implements ZkSession {
   private readonly ops: NativeOps;
   private closed = false;
   /**
-   * A lower bound (performance.now()) of when the server last heard from us: the send time of the
-   * newest request it answered. The server expires the session one timeout after it last heard
-   * from us, so this, not the last packet received, bounds how long the session can live: watch
-   * events and late replies arrive without the server having heard anything. Pings are invisible
-   * here; the connection sends requests to keep it fresh. Before the first connect it is the
-   * connect time (see the 'connect' handler).
+   * A lower bound (performance.now()) of when the leader last heard from us: the send time of the
+   * newest request answered that went through the leader (a write or a sync; see VIA_LEADER). The
+   * leader expires the session one timeout after it last heard of it, so this, not the last packet
+   * received, bounds how long the session can live: watch events, late replies and a cut-off
+   * follower's answers to reads arrive without the leader having heard anything. Pings are
+   * invisible here; the connection sends syncs to keep it fresh. Before the first connect it is
+   * the connect time (see the 'connect' handler).
    */
   get lastAnsweredSentAt(): number {
     return this.requests.lastAnsweredSentAt;
@@ -390,9 +396,13 @@ export class NativeZkSession implements ZkSession {
     return this.call('delete', path, (done) => this.ops.a_delete_(path, version, (rc) => done(rc, undefined)), { write });
   }
 
-  /** Makes the server this session reads from catch up with the leader (before a read that must be fresh). */
+  /**
+   * Makes the server this session reads from catch up with the leader. The connection's heartbeat:
+   * it skips the backlog, so a burst of reads waiting there does not hold back the answer that
+   * keeps the session's deadline fresh (reads no longer move it).
+   */
   sync(path: string): Promise<void> {
-    return this.call('sync', path, (done) => this.ops.a_sync(path, (rc) => done(rc, undefined)));
+    return this.call('sync', path, (done) => this.ops.a_sync(path, (rc) => done(rc, undefined)), { urgent: true });
   }
 
   setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
@@ -458,6 +468,7 @@ export class NativeZkSession implements ZkSession {
 
   /**
    * `read`: a read of `path` (the batcher may send it after writes that cannot change it);
+   * `urgent`: sent at once, past the backlog (see sync);
    * `write`: a write that may share a multi (see WriteBatcher). `watch`: the request sets a watch
    * with `listener`, kept from now on (so an `unwatch` before the request is sent finds it) until
    * it fires or the answer shows that no watch was set: an error, or getData / getChildren of a
@@ -467,7 +478,7 @@ export class NativeZkSession implements ZkSession {
     operation: string,
     path: string,
     send: (done: (rc: number, value: T) => void) => number,
-    { read, write, watch }: { read?: boolean; write?: MultiOp; watch?: { kind: 'data' | 'child'; listener: WatchListener } } = {},
+    { read, write, watch, urgent }: { read?: boolean; write?: MultiOp; watch?: { kind: 'data' | 'child'; listener: WatchListener }; urgent?: boolean } = {},
   ): Promise<T> {
     const drop = watch && !this.isClosed ? this.watches.add(watch.kind, path, watch.listener) : undefined;
     return new Promise<T>((resolve, reject) => {
@@ -479,7 +490,7 @@ export class NativeZkSession implements ZkSession {
         }
         this.inFlight++;
         // Sent no sooner than now (the C client may queue it): a safe lower bound.
-        const answered = this.requests.sent();
+        const answered = this.requests.sent(VIA_LEADER.has(operation));
         const sentAt = performance.now();
         let settled = false;
         const done = (code: number, value: T) => {
@@ -495,7 +506,7 @@ export class NativeZkSession implements ZkSession {
         };
         this.batcher.submit({ send, write, reads: read ? path : undefined, done } as QueuedRequest);
       };
-      if (this.backlog.size > 0 || this.inFlight >= this.window) this.backlog.push(dispatch);
+      if (!urgent && (this.backlog.size > 0 || this.inFlight >= this.window)) this.backlog.push(dispatch);
       else dispatch();
     });
   }

@@ -101,7 +101,7 @@ export function addedChild(now: readonly string[], before: readonly string[]): s
 
 /**
  * Counts the requests a session sends from now on, by operation. Not the connection's heartbeat
- * (an `exists('/')` after a quiet timeout/4: a loaded machine's stall would add one).
+ * (a `sync('/')`, not counted here; `exists('/')` is left out too, the chroot check's).
  */
 export function countRequests(session: ZkSession): Record<string, number> {
   const counts: Record<string, number> = {};
