@@ -7,6 +7,7 @@ import { acquireInQueue, type QueueSpec } from './lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from './lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
+import type { ZkSession } from './zk-session.js';
 
 const READ = '__READ__';
 const WRITE = '__WRIT__';
@@ -70,8 +71,14 @@ export class WriteLock extends LockRecipe {
 
   /** The node of the write lock this call chain holds, if any (for a downgrade). */
   heldNodeName(): string | undefined {
+    const held = this.heldLease();
+    return held ? held.path.slice(held.path.lastIndexOf('/') + 1) : undefined;
+  }
+
+  /** The write lease this call chain holds, if any. */
+  heldLease(): Lease | undefined {
     const held = LockContext.heldByChain(this.contextKey);
-    return held?.isHeld ? held.path.slice(held.path.lastIndexOf('/') + 1) : undefined;
+    return held?.isHeld ? held : undefined;
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
@@ -100,26 +107,76 @@ export class ReadLock extends LockRecipe {
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    const ownWriter = this.writeLock.heldNodeName();
-    const spec: QueueSpec = {
+    const writeLease = this.writeLock.heldLease();
+    const spec: QueueSpec = writeLease ? this.downgradeSpec(writeLease) : this.spec(() => undefined);
+    const entry = await acquireInQueue(this.engine, spec, options);
+    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
+  }
+
+  /** An ordinary reader waits for every writer queued before it (`ownWriter` aside). */
+  private spec(ownWriter: () => string | undefined): QueueSpec {
+    return {
       lockName: this.name,
       kind: 'read',
       lockPath: this.path,
       parentPath: this.path,
       nodeName: READ,
       sortMarkers: MARKERS,
-      // Downgrade (Curator 5.5+): the read node takes the writer's sequence, so it sorts level
-      // with the writer and ahead of any writer queued since; EPHEMERAL, not sequential.
-      fixedSuffix: ownWriter?.slice(-10),
       evaluate: (sorted, index) => {
+        const skip = ownWriter();
         for (let i = 0; i < index; i++) {
           const name = sorted[i]!;
-          if (name.includes(WRITE) && name !== ownWriter) return { holds: false, watch: name, holdsWhenGone: false };
+          if (name.includes(WRITE) && name !== skip) return { holds: false, watch: name, holdsWhenGone: false };
         }
         return { holds: true };
       },
     };
-    const entry = await acquireInQueue(this.engine, spec, options);
-    return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
+  }
+
+  /**
+   * Downgrade (Curator 5.5+): the read node takes the writer's sequence, so it sorts level with the
+   * writer and ahead of any writer queued since; EPHEMERAL, not sequential. That is safe only while
+   * the writer's node exists when the read node is made: a read node with the suffix of a writer
+   * already gone sorts ahead of writers that queued (or even held and left) since, and its token
+   * is lower than theirs. The queue retries through reconnects and in new sessions with this same
+   * spec, so the choice is made at each attempt (the queue reads `fixedSuffix` as it creates) and
+   * checked against every listing, never once up front.
+   */
+  private downgradeSpec(writeLease: Lease): QueueSpec {
+    const ownWriter = writeLease.path.slice(writeLease.path.lastIndexOf('/') + 1);
+    const suffix = ownWriter.slice(-10);
+    const connection = this.engine.connection;
+    // Once a listing lacked our writer's node it never comes back (its name is unique).
+    let writerGone = false;
+    // What the current attempt decided, the session it runs in, and whether its node is being dropped.
+    let attempt: { session: ZkSession | undefined; fixed: boolean; dropping: boolean } = { session: undefined, fixed: false, dropping: false };
+    const writerLive = (session: ZkSession | undefined) =>
+      !writerGone && session !== undefined && connection.state === 'connected' && writeLease.isHeld && writeLease.sessionId === session.id;
+    // Only a read node level with our live writer may pass it; an ordinary one waits for it too.
+    const base = this.spec(() => (attempt.fixed ? ownWriter : undefined));
+    const engine = this.engine;
+    return {
+      ...base,
+      // Read by the queue right before each create (and again once it holds).
+      get fixedSuffix(): string | undefined {
+        const session = connection.session;
+        attempt = { session, fixed: writerLive(session), dropping: false };
+        return attempt.fixed ? suffix : undefined;
+      },
+      evaluate: (sorted, index) => {
+        if (!attempt.fixed) return base.evaluate(sorted, index);
+        const ours = sorted[index]!;
+        // This fresh listing shows our writer's node (ours: its name is unique) next to our read
+        // node: both existed at once, so no later writer can get ahead of the read node.
+        if (!attempt.dropping && sorted.includes(ownWriter) && writerLive(attempt.session)) return base.evaluate(sorted, index);
+        // The writer went (or is no longer ours to rely on) before the read node was confirmed:
+        // drop the node and queue again as an ordinary reader (sequential node, fresh token).
+        // Until it is gone, wait on it: it never holds.
+        if (!sorted.includes(ownWriter)) writerGone = true;
+        if (!attempt.dropping && attempt.session) engine.background(engine.ops.deleteGuaranteed(attempt.session, `${this.path}/${ours}`));
+        attempt.dropping = true;
+        return { holds: false, watch: ours, holdsWhenGone: false };
+      },
+    };
   }
 }
