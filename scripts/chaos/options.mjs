@@ -51,7 +51,7 @@ if (!Number.isFinite(opts.seconds) || opts.seconds < 0) fail('--seconds expects 
 if (!Number.isInteger(opts.processes) || opts.processes < 3) fail('--processes expects an integer ≥ 3');
 export const FAULT_NAMES = [
   'leader', 'follower', 'partition', 'silent-partition', 'notify-partition', 'pause', 'kill-holder', 'kill-waiter',
-  'rolling-restart', 'foreign-set', 'try-once-outage', 'ensemble',
+  'rolling-restart', 'foreign-set', 'try-once-outage', 'ensemble', 'follower-cut',
 ];
 if (args.faults !== undefined && !args.faults.split(',').every((f) => FAULT_NAMES.includes(f.trim()))) {
   fail(`--faults expects a comma-separated list of ${FAULT_NAMES.join(', ')}`);

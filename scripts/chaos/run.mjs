@@ -3,13 +3,13 @@
 //
 //   node scripts/chaos/run.mjs [--seconds N] [--short] [--processes N] [--json FILE] [--verbose]
 //                              [--faults leader,follower,partition,silent-partition,notify-partition,pause,kill-holder,
-//                                        kill-waiter,rolling-restart,foreign-set,try-once-outage,ensemble]
+//                                        kill-waiter,rolling-restart,foreign-set,try-once-outage,ensemble,follower-cut]
 //
 // Needs the built package (`npm run build`) and ZooKeeper (`bash scripts/zookeeper.sh install`).
 //
 // What it does:
 // - starts a 3-node ensemble with scripts/zookeeper.sh (stopped again at the end, also if this
-//   process dies: --owner-pid);
+//   process dies: --owner-pid), its servers linked through forwarders in this process (peerLinks);
 // - starts one loopback TCP proxy per (worker process, ensemble member), so a worker reaches
 //   ZooKeeper only through its own three proxies and can be cut off alone;
 // - forks worker processes (scripts/chaos/worker.mjs) that loop on a mutex, a semaphore
@@ -30,7 +30,9 @@
 //   rolling restart (SIGTERM with a critical section longer than shutdownGraceMs and short ones
 //   in flight: engine.shutdown(), close, exit 0, then a new worker), a foreign client's `set` on
 //   every lock node (twice, while a holder is in a long critical section) then a delete of that
-//   holder's node, try-once traffic while a worker is cut off and while it is silenced;
+//   holder's node, try-once traffic while a worker is cut off and while it is silenced, a follower
+//   cut off from the other servers (its client port up: it answers its clients until it gives up
+//   on the leader) past the session timeout, with a holder (the leading process) on it alone;
 // - watches the ensemble all along (the observer: the leader's `dump` every 100 ms) to know when
 //   each lock node disappeared;
 // - stops the workers, waits for the dead sessions to expire, counts the lock nodes left behind
@@ -79,6 +81,7 @@ import { TcpProxy } from '../support/tcp-proxy.mjs';
 import { startEnsemble } from '../support/zookeeper.mjs';
 import { log, now, T0 } from './clock.mjs';
 import { SERVER_IDS, serverPort, waitForLeader, ZK } from './ensemble.mjs';
+import { followerCut } from './faults/follower-cut.mjs';
 import { foreignSet } from './faults/foreign-set.mjs';
 import { killHolder, killWaiter, partitionHolder, pauseHolder, rollingRestart } from './faults/holders.mjs';
 import { notifyPartition } from './faults/notify-partition.mjs';
@@ -124,7 +127,7 @@ hardLimit.unref();
 
 async function main() {
   log(`ensemble in ${ZK.dir}`);
-  const { connectString } = await startEnsemble({ dir: ZK.dir, echoStderr: args.verbose });
+  const { connectString } = await startEnsemble({ dir: ZK.dir, echoStderr: args.verbose, peerLinks: true });
   log(`ensemble up: ${connectString}, leader server ${await waitForLeader(60_000)}`);
   startObserver();
 
@@ -156,6 +159,7 @@ async function main() {
     'foreign-set': () => foreignSet(slots[1]),
     'try-once-outage': () => tryOnceOutage(slots[0]),
     ensemble: () => restartEnsemble(),
+    'follower-cut': () => followerCut(),
   };
   const pass = (args.faults ?? Object.keys(FAULTS).join(',')).split(',').map((name) => FAULTS[name.trim()]);
   const deadline = T0 + opts.seconds * 1000;
