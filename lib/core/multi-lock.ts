@@ -1,10 +1,27 @@
-import { LockUsageError } from './errors.js';
 import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
 import { describe } from './connection-options.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from './lease.js';
 import { LeaseGroup, releaseAll } from './multi-lease.js';
 import { LockContext } from './lock-context.js';
+import { LockLostError, LockUsageError, type NotAcquiredReason } from './errors.js';
+import { notAcquiredError } from './cancellation.js';
+
+/** A member taken but no longer held before the group was complete. */
+function isLost(lease: Lease): boolean {
+  return !lease.isHeld;
+}
+
+/**
+ * Why a group whose member was lost is not acquired: its session or connection went
+ * ('connection', as a single lock granted after its session's deadline); otherwise someone took
+ * the member from us (its node deleted) and the wait ran out retrying ('timeout').
+ */
+function lostReason(lease: Lease): NotAcquiredReason {
+  const cause: unknown = lease.signal.reason;
+  const reason = cause instanceof LockLostError ? cause.reason : undefined;
+  return reason === 'node-deleted' || reason === 'lease-expired' ? 'timeout' : 'connection';
+}
 
 /**
  * All of several locks or none, under one overall deadline. Members are taken in one canonical
@@ -43,17 +60,35 @@ export class MultiLock implements Lockable {
   async acquire(options: AcquireOptions = {}): Promise<Lease> {
     validateAcquireOptions(options);
     const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
-    const leases: Lease[] = [];
-    try {
-      for (const member of this.members) {
-        const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, deadline - Date.now());
-        leases.push(await member.acquire({ waitMs, signal: options.signal }));
+    for (;;) {
+      const leases: Lease[] = [];
+      let lost: Lease | undefined;
+      try {
+        for (const member of this.members) {
+          const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, deadline - Date.now());
+          const lease = await member.acquire({ waitMs, signal: options.signal });
+          leases.push(lease);
+          // Listen for loss while the later members are awaited (a lease notices its node's
+          // deletion only once its signal is armed); a member lost meanwhile is checked below.
+          void lease.signal;
+          lost = leases.find(isLost);
+          if (lost) break;
+        }
+      } catch (error) {
+        await releaseAll(leases).catch(() => undefined);
+        throw error;
       }
-    } catch (error) {
+      // Like a single lock, never hand out a group one of whose members someone else may hold.
+      if (!lost) return new LeaseGroup(this.name, leases);
+      const reason = lostReason(lost);
       await releaseAll(leases).catch(() => undefined);
-      throw error;
+      // Take them all again while the wait allows (the members were given back in reverse).
+      const timedOut = options.waitMs === 0 || (deadline !== undefined && Date.now() >= deadline);
+      if (timedOut || options.signal?.aborted) {
+        const why = options.signal?.aborted ? 'aborted' : reason;
+        throw notAcquiredError(this.name, why, options.waitMs === 0, why === 'aborted' ? options.signal?.reason : lost.signal.reason);
+      }
     }
-    return new LeaseGroup(this.name, leases);
   }
 
   tryAcquire(): Promise<Lease | null> {

@@ -14,7 +14,7 @@ import { LeaseGroup } from '../../lib/core/multi-lease.js';
 import { LockContext } from '../../lib/core/lock-context.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
-import { nameOf, notAcquired, within, untilChildCount, untilWatching, delay } from '../support/lock-test-helpers.js';
+import { nameOf, notAcquired, within, untilChildCount, untilWatching, delay, sessionsWatching, sessionIdOf } from '../support/lock-test-helpers.js';
 
 const untilWatchedBy = (lease: Lease) => untilWatching(lease.path, lease.sessionId);
 
@@ -380,6 +380,80 @@ describe('MultiLock against a real ZooKeeper', () => {
       expect({ group: group.isHeld, a: a!.isHeld, b: b!.isHeld }).toEqual({ group: false, a: true, b: false });
       await group.release();
       expect(await childrenOf(observer, `${base}/a`)).toEqual([]);
+    });
+
+    /**
+     * A is taken, B is awaited (held by `other`); meanwhile A's node is deleted by a foreign client
+     * and a third client takes A. Then B is let go.
+     */
+    async function loseFirstWhileWaitingForSecond(label: string) {
+      const [e, other, thief] = await Promise.all([engine(), engine(), engine()]);
+      const observer = await connect();
+      const base = uniquePath(label);
+      const [pathA, pathB] = [`${base}/a`, `${base}/b`];
+      const heldB = await new Mutex(other, 'b', pathB, { coalesce: false }).acquire();
+      const multi = new MultiLock([new Mutex(e, 'a', pathA, { coalesce: false }), new Mutex(e, 'b', pathB, { coalesce: false })]);
+      return {
+        multi,
+        observer,
+        pathA,
+        async loseA(): Promise<{ thiefLease: Lease; deleted: string }> {
+          const [nodeA] = await untilChildCount(observer, pathA, 1);
+          await untilChildCount(observer, pathB, 2); // A taken, queued on B
+          // Give the group a moment to arm its watch on A (the old code never does).
+          await eventually(async () => (await sessionsWatching(`${pathA}/${nodeA}`)).has(sessionIdOf(e.connection.sessionId!)), 2000, 20).catch(() => undefined);
+          await observer.session!.delete(`${pathA}/${nodeA}`);
+          const thiefLease = await new Mutex(thief, 'a', pathA, { coalesce: false }).acquire({ waitMs: 10_000 });
+          await heldB.release();
+          return { thiefLease, deleted: nodeA! };
+        },
+      };
+    }
+
+    it('a member lost while a later one is awaited: the acquire does not resolve with it, waits for it again, and resolves once every member is held', async () => {
+      const { multi, observer, loseA } = await loseFirstWhileWaitingForSecond('multi-lost-while-waiting');
+      let settled = false;
+      const acquiring = multi.acquire({ waitMs: 30_000 }).finally(() => (settled = true));
+      acquiring.catch(() => undefined);
+      const { thiefLease, deleted } = await loseA();
+      await delay(1500);
+      expect(settled).toBe(false); // A is another client's now
+      await thiefLease.release();
+      const group = (await within(acquiring, 20_000, 'the group once A is free')) as LeaseGroup;
+      expect(group.isHeld).toBe(true);
+      expect(nameOf(group.leases[0]!)).not.toBe(deleted);
+      for (const lease of group.leases) expect(await exists(observer, lease.path)).toBe(true);
+      await group.release();
+    });
+
+    it('a member lost while a later one is awaited, and not free again before the deadline: rejects with LockNotAcquiredError and gives back what it took', async () => {
+      const { multi, observer, loseA, pathA } = await loseFirstWhileWaitingForSecond('multi-lost-deadline');
+      const acquiring = multi.acquire({ waitMs: 4000 });
+      acquiring.catch(() => undefined);
+      const { thiefLease } = await loseA();
+      const error = await notAcquired(acquiring);
+      expect(error.reason).toBe('timeout');
+      expect(await childrenOf(observer, pathA)).toEqual([nameOf(thiefLease)]);
+      await thiefLease.release();
+    });
+
+    it('withLock does not run the function with a group whose member was lost while a later one was awaited', async () => {
+      const { multi, observer, loseA } = await loseFirstWhileWaitingForSecond('multi-lost-withlock');
+      const runs: { held: boolean[]; nodes: boolean[] }[] = [];
+      const running = multi.withLock(
+        async (group) => {
+          const leases = (group as LeaseGroup).leases;
+          runs.push({ held: leases.map((l) => l.isHeld), nodes: await Promise.all(leases.map((l) => exists(observer, l.path))) });
+        },
+        { waitMs: 30_000 },
+      );
+      running.catch(() => undefined);
+      const { thiefLease } = await loseA();
+      await delay(1500);
+      expect(runs).toEqual([]); // A is another client's now
+      await thiefLease.release();
+      await within(running, 20_000, 'withLock once A is free');
+      expect(runs).toEqual([{ held: [true, true], nodes: [true, true] }]);
     });
 
     it('LockContext.current() inside withLock is the group: its name, signal and first member\'s fencing token', async () => {
