@@ -10,13 +10,15 @@ import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
-import { nodesOf, untilChildCount, untilWatching, within, withProxy } from '../support/lock-test-helpers.js';
+import { delay, nodesOf, untilChildCount, untilWatching, within, withProxy } from '../support/lock-test-helpers.js';
 import type { TcpProxy } from '../support/tcp-proxy.js';
 
 afterEach(closeAll);
 
 /** Long enough that a cut of a few seconds (a silent one is noticed after 2/3 of it) keeps the session. */
 const SESSION_TIMEOUT_MS = 8_000;
+/** How long a silent cut lasts (the restore then drops the link). */
+const SILENT_CUT_MS = 2_500;
 
 type Cut = 'reset' | 'silent';
 type Moment = 'in the reconnected handler' | 'a few ms after the reconnect';
@@ -64,22 +66,25 @@ function proxied(proxy: TcpProxy): Promise<LockEngine> {
 }
 
 /**
- * Cuts `e`'s link (`reset`: connections dropped and refused; `silent`: nothing passes, nothing
- * closes), runs `meanwhile` while it is down, and has `e` noticed the disconnection by then.
+ * Cuts `e`'s link (`reset`: connections dropped and refused, `e` notices at once; `silent`:
+ * nothing passes, nothing closes, `e` notices nothing) and runs `meanwhile` while it is down.
  * Then restores the link, runs `act` in `e`'s `reconnected` handler (or ~2 ms after it), and
  * resolves once that handler ran.
  */
 async function partition(proxy: TcpProxy, e: LockEngine, cut: Cut, meanwhile: () => Promise<void>, act: () => void, moment: Moment): Promise<void> {
-  const suspended = nextEvent(e.connection, 'suspended', 30_000);
   if (cut === 'reset') {
+    const suspended = nextEvent(e.connection, 'suspended', 30_000);
     proxy.cut();
     await suspended;
     await meanwhile();
   } else {
-    // The server sends its notifications into the void; the client notices only by its timeout.
+    // The server sends its notifications into the void (as far as it knows they were delivered).
+    // The cut lasts SILENT_CUT_MS, shorter than the client's own timeout (2/3 of the session's),
+    // which would leave too little of the session to reconnect in: the restore drops the link.
+    const started = performance.now();
     proxy.blackhole();
     await meanwhile();
-    await suspended;
+    await delay(Math.max(0, SILENT_CUT_MS - (performance.now() - started)));
   }
   const reconnected = nextEvent(e.connection, 'reconnected', 30_000);
   e.connection.once('reconnected', () => {
