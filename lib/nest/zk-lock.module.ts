@@ -8,7 +8,10 @@ import { WithLockExplorer } from './with-lock.explorer.js';
 import { LeaderElections } from './leader-elections.js';
 import { LeadershipExplorer } from './leadership.explorer.js';
 import { ZkLockConfigurableModule } from './zk-lock.module-definition.js';
+import { guardBootstraps } from './bootstrap-guard.js';
 import { connectionProvider, engineProvider, ModuleConnection, moduleConnectionProvider, OWNS_CONNECTION, ownsConnectionProvider } from './zk-lock.providers.js';
+
+guardBootstraps();
 
 /**
  * Owns one ZooKeeper session for the application: opens it during bootstrap, releases held locks

@@ -4,6 +4,7 @@ import { validateParticipantId } from '../core/leadership.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
+import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
 
 /** Whether the module opened the connection (and so closes it on shutdown). */
@@ -20,10 +21,14 @@ function isExternal(options: ZkLockModuleOptions): options is ZkLockModuleOption
  * connection's changes through Nest's Logger while the module lives (`close()` stops that).
  * Bootstrap waits for the first session and fails without it, unless `waitForConnection: false`.
  */
-export class ModuleConnection {
+export class ModuleConnection implements BootstrapSession {
   private stopLog: () => void = () => undefined;
 
-  private constructor(readonly connection: ZkConnection) {}
+  private constructor(
+    readonly connection: ZkConnection,
+    /** Whether the module opened the connection (and so closes it). */
+    private readonly owned: boolean,
+  ) {}
 
   static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
@@ -34,7 +39,7 @@ export class ModuleConnection {
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
     if (connection.state === 'closed') throw new InvalidOptionError('connection', 'is closed');
-    const opened = new ModuleConnection(connection);
+    const opened = new ModuleConnection(connection, !isExternal(options));
     opened.startLog(!waitForConnection);
     if (connection.state !== 'connecting') return opened; // a connection passed in, already open
     const { description } = connection;
@@ -73,6 +78,14 @@ export class ModuleConnection {
   close(): void {
     this.stopLog();
   }
+
+  /** The application failed to start (Nest calls no shutdown hook then): let the session go. */
+  async abandon(reason: string): Promise<void> {
+    this.close();
+    if (!this.owned || this.connection.state === 'closed') return;
+    logAbandoned(this.connection.description, reason);
+    await this.connection.close().catch(() => undefined);
+  }
 }
 
 function rejectAfter(ms: number, error: () => Error): Promise<never> {
@@ -82,7 +95,12 @@ function rejectAfter(ms: number, error: () => Error): Promise<never> {
 export const moduleConnectionProvider: Provider = {
   provide: ModuleConnection,
   inject: [ZK_LOCK_MODULE_OPTIONS],
-  useFactory: (options: ZkLockModuleOptions) => ModuleConnection.open(options),
+  useFactory: async (options: ZkLockModuleOptions) => {
+    const opened = await ModuleConnection.open(options);
+    // Closed if the application this module belongs to fails to start.
+    joinBootstrap(opened);
+    return opened;
+  },
 };
 
 export const connectionProvider: Provider = {
