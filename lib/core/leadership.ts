@@ -258,7 +258,10 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
         // which Curator and participants() read): write the id back, unless that would deafen a
         // LeaderLatch (see restoreId).
         const revocable = this.revocable
-          ? (revoked: Lease) => void this.endTerm('revoked', revoked as NodeLease)
+          ? (revoked: Lease) => {
+              void this.warnIfForeignNext(revoked as NodeLease); // its listing goes out before our delete
+              void this.endTerm('revoked', revoked as NodeLease);
+            }
           : (asked: Lease) => void this.restoreId(asked as NodeLease);
         lease = new NodeLease(this.engine, this.name, entry, { kind: 'leadership', lockPath: this.path, revocable });
         failures = 0;
@@ -314,6 +317,31 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     }
     if (!lease.isHeld) return;
     await lease.session.setData(lease.path, this.idBytes).catch(() => undefined);
+  }
+
+  /**
+   * A revocable leader stepping down on a request: the request (Curator's Revoker: ours refuse
+   * such an election) spent the watch of a LeaderLatch waiting right behind us, which therefore
+   * does not notice that we go. Nothing we can do revives it; say so, since the election may
+   * have no leader until that latch's client reconnects or restarts.
+   */
+  private async warnIfForeignNext(lease: NodeLease): Promise<void> {
+    let children: string[];
+    try {
+      children = (await lease.session.getChildren(this.path)).children;
+    } catch {
+      return;
+    }
+    const ours = lease.path.slice(this.path.length + 1);
+    const sorted = sortChildren([...new Set([...children.filter((c) => c.includes(LATCH)), ours])], [LATCH]);
+    const next = sorted[sorted.indexOf(ours) + 1];
+    if (next === undefined || isOwnParticipantNode(next)) return;
+    this.engine.warn(
+      `leader election ${JSON.stringify(this.name)}: the leader stepped down on a request to let go (revoke), and the participant ` +
+        `next in line, ${next}, is not this library's: a Curator LeaderLatch stops watching the node ahead of it when that node's ` +
+        `data changes (the request did that), so it may not take over until its client reconnects or restarts. ` +
+        `Do not revoke leaders of elections with LeaderLatch participants (Curator's Revoker); close the leader instead.`,
+    );
   }
 
   /** One term: until the lease is lost or ended here. The term's signal aborts before the node goes. */

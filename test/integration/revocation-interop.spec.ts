@@ -321,10 +321,9 @@ describeInterop('Revocation in leader elections with Curator LeaderLatch partici
     await ours.close();
   });
 
-  it("a revoke in an election of our participants only still works: the revocable leader steps down and the next one leads", async () => {
+  it('a revoke in an election of our participants only still works: the revocable leader steps down and the next one leads', async () => {
     const path = `${root}/ours-only`;
-    const other = await connect({ sessionTimeoutMs: 10_000 });
-    const otherEngine = new LockEngine(other, { app: 'revocation-election-interop-2' });
+    const otherEngine = new LockEngine(await connect({ sessionTimeoutMs: 10_000 }), { app: 'revocation-election-interop-2' });
     const first = new Leadership(engine, path, path, { participantId: 'first', revocable: true }).start();
     await within(first.whenLeader(), 10_000, 'the first leading');
     const second = new Leadership(otherEngine, path, path, { participantId: 'second' }).start();
@@ -335,6 +334,44 @@ describeInterop('Revocation in leader elections with Curator LeaderLatch partici
     await within(second.whenLeader(), 10_000, 'the second leading after the revoke');
     await Promise.all([first.close(), second.close()]);
     await otherEngine.drain();
+  });
+
+  it('in an election of our participants only, a non-revocable leader writes its id back over the request, and the one behind it (which saw two data changes) leads once it leaves', async () => {
+    const path = `${root}/ours-only-kept`;
+    const otherEngine = new LockEngine(await connect({ sessionTimeoutMs: 10_000 }), { app: 'revocation-election-interop-3' });
+    const first = new Leadership(engine, path, path, { participantId: 'first' }).start();
+    await within(first.whenLeader(), 10_000, 'the first leading');
+    const firstNode = first.term!.path;
+    const second = new Leadership(otherEngine, path, path, { participantId: 'second' }).start();
+    await eventually(async () => (await first.participants()).length === 2, 10_000);
+
+    expect((await service.revoke(path)).map((c) => c.node)).toEqual([firstNode.slice(path.length + 1)]);
+    await eventually(async () => (await curator.stat(firstNode))?.data === 'first', 10_000);
+    expect(first.isLeader).toBe(true);
+    expect(await stillPending(second.whenLeader(), 500)).toBe('pending');
+
+    await first.close();
+    await within(second.whenLeader(), 10_000, 'the second leading after the first left');
+    await second.close();
+    await otherEngine.drain();
+  });
+
+  it("Curator's Revoker on our revocable leader with a LeaderLatch next in line: it steps down, and warns that the latch may not take over", async () => {
+    const path = `${root}/revoker-revocable`;
+    const warnings: string[] = [];
+    const stop = engine.onWarning((message) => warnings.push(message));
+    try {
+      const ours = await oursLeadingLatchBehind(path, 'rr', { revocable: true });
+      const term = ours.term!;
+      const [latchNode] = (await curator.children(path))!.filter((c) => !c.includes('-nzl-'));
+      await curator.revoke(term.path);
+      expect(await within(abortReason(term.signal), 10_000, 'our term ending on the request')).toMatchObject({ reason: 'revoked' });
+      await eventually(() => warnings.some((w) => w.includes(`next in line, ${latchNode}, is not this library's`)), 10_000);
+      await ours.close();
+      await curator.latchClose('rr');
+    } finally {
+      stop();
+    }
   });
 
   it("Curator's Revoker on our non-revocable leader: a LeaderLatch that joined after the request still leads once our leader leaves (our id is not written back over the marker)", async () => {
