@@ -199,8 +199,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private lastProbe: string[] | undefined;
 
   private watchdog: NodeJS.Timeout | undefined;
-  /** Sessions with a heartbeat in flight. */
-  private readonly heartbeats = new WeakSet<ZkSession>();
+  /** Sessions with a heartbeat in flight, and the link it went out on. */
+  private readonly heartbeats = new WeakMap<ZkSession, number>();
 
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
@@ -410,9 +410,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * to the leader, so a follower cut off from the leader cannot answer it (it answers reads).
    */
   private sendHeartbeat(session: ZkSession): void {
-    if (this.heartbeats.has(session)) return;
-    this.heartbeats.add(session);
-    const done = () => void this.heartbeats.delete(session);
+    // One per link: one sent before a drop may never be answered, and must not hold back the next.
+    const link = this.link;
+    if (this.heartbeats.get(session) === link) return;
+    this.heartbeats.set(session, link);
+    const done = () => void (this.heartbeats.get(session) === link && this.heartbeats.delete(session));
     session.sync('/').then(done, done);
   }
 

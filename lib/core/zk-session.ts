@@ -283,6 +283,7 @@ export class NativeZkSession implements ZkSession {
     }
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
+      this.failInFlight();
       this.batcher.failQueued(ZkCode.INVALIDSTATE);
       this.dispatchBacklog();
       events.onClosed(typeof code === 'number' ? code : 0);
@@ -330,6 +331,7 @@ export class NativeZkSession implements ZkSession {
     this.native.close();
     this.native.removeAllListeners();
     this.watches.clear();
+    this.failInFlight();
     this.batcher.failQueued(ZkCode.INVALIDSTATE);
     this.dispatchBacklog();
   }
@@ -443,6 +445,15 @@ export class NativeZkSession implements ZkSession {
    */
   private inFlight = 0;
   private readonly backlog = new Fifo<() => void>();
+  /**
+   * What settles each request in flight: a closed handle calls back none of its requests (a sync
+   * sent as the server closed the link over failed auth never came back), so close fails them.
+   */
+  private readonly unsettled = new Set<(code: number) => void>();
+
+  private failInFlight(): void {
+    for (const fail of [...this.unsettled]) fail(ZkCode.INVALIDSTATE);
+  }
 
   /**
    * How many requests may be in flight: MAX_IN_FLIGHT alone is not enough, since a slow or starved
@@ -496,6 +507,7 @@ export class NativeZkSession implements ZkSession {
         const done = (code: number, value: T) => {
           if (settled) return;
           settled = true;
+          this.unsettled.delete(fail);
           this.inFlight--;
           if (code !== ZkCode.OK) drop?.();
           if (answered(code)) this.adaptWindow(performance.now() - sentAt);
@@ -504,6 +516,8 @@ export class NativeZkSession implements ZkSession {
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
         };
+        const fail = (code: number) => done(code, undefined as T);
+        this.unsettled.add(fail);
         this.batcher.submit({ send, write, reads: read ? path : undefined, done } as QueuedRequest);
       };
       if (!urgent && (this.backlog.size > 0 || this.inFlight >= this.window)) this.backlog.push(dispatch);
