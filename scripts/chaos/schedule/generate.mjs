@@ -24,7 +24,7 @@ export const FAULT_KINDS = /** @type {const} */ ([
 
 /**
  * @typedef {typeof FAULT_KINDS[number]} FaultKind
- * @typedef {{ at: number, kind: FaultKind, client: number, ms: number, pickLowest: boolean }} Fault
+ * @typedef {{ at: number, kind: FaultKind, client: number, target: 'holder' | 'waiter' | 'drawn', ms: number, pickLowest: boolean }} Fault
  * @typedef {{
  *   coalesce?: boolean, retainMs?: number, releaseInBackground?: boolean, leaseMs?: number,
  *   permits?: number, multiPermits?: boolean, downgradeRatio?: number, writeRatio?: number,
@@ -85,7 +85,6 @@ export function generateSchedule(seed, limits = {}) {
 
   /** @type {Fault[]} */
   const faults = [];
-  const busyUntil = new Array(clients).fill(0);
   const count = Math.max(2, Math.round((durationMs / 1000) * (limits.faultsPerSecond ?? 1.2)));
   for (let i = 0; i < count; i++) {
     const at = between(200, durationMs - 300);
@@ -99,13 +98,11 @@ export function generateSchedule(seed, limits = {}) {
     else if (kind === 'session-kill') ms = between(200, 1500);
     else if (kind === 'shutdown') ms = between(100, 1500);
     else if (kind === 'stall') ms = chance(0.85) ? between(50, 600) : between(sessionTimeoutMs * 0.5, sessionTimeoutMs * 0.9);
-    const clientFault = kind !== 'foreign-delete' && kind !== 'foreign-set' && kind !== 'stall';
-    if (clientFault) {
-      // One fault at a time per client.
-      if (busyUntil[client] > at) continue;
-      busyUntil[client] = at + ms + 200;
-    }
-    faults.push({ at, kind, client, ms, pickLowest: chance(0.7) });
+    // Which client: one holding a lock at that moment, one waiting, or the drawn one (resolved
+    // when the fault comes; a client already under a fault is passed over).
+    const roll = random();
+    const target = roll < 0.5 ? 'holder' : roll < 0.7 ? 'waiter' : 'drawn';
+    faults.push({ at, kind, client, target, ms, pickLowest: chance(0.7) });
   }
   faults.sort((a, b) => a.at - b.at);
   return { seed, recipe, options, clients, callers, sessionTimeoutMs, durationMs, holdMs, waitMs, shutdownGraceMs: between(0, 300), faults };
@@ -124,5 +121,5 @@ export function describeSchedule(s) {
 
 /** The faults as a replayable listing. @param {Schedule} s */
 export function faultListing(s) {
-  return s.faults.map((f) => `  +${f.at} ms ${f.kind}${['foreign-delete', 'foreign-set', 'stall'].includes(f.kind) ? '' : ` client ${f.client}`}${f.ms ? ` for ${f.ms} ms` : ''}${f.kind === 'foreign-delete' || f.kind === 'foreign-set' ? (f.pickLowest ? ' (lowest node)' : ' (any node)') : ''}`).join('\n');
+  return s.faults.map((f) => `  +${f.at} ms ${f.kind}${['foreign-delete', 'foreign-set', 'stall'].includes(f.kind) ? '' : f.target === 'drawn' ? ` client ${f.client}` : ` a ${f.target} (else client ${f.client})`}${f.ms ? ` for ${f.ms} ms` : ''}${f.kind === 'foreign-delete' || f.kind === 'foreign-set' ? (f.pickLowest ? ' (lowest node)' : ' (any node)') : ''}`).join('\n');
 }

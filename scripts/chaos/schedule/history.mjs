@@ -20,7 +20,7 @@
  *   id: number, owner: string, client: number, session: string, lock: string, kind: HoldKind, node: string,
  *   token: bigint, grantedAt: number, abortedAt?: number, abortReason?: string, releasedAt?: number,
  * }} Hold
- * @typedef {{ owner: string, lock: string, startedAt: number, waitMs: number | null, settledAt?: number, outcome?: string }} Acquire
+ * @typedef {{ owner: string, client: number, lock: string, startedAt: number, waitMs: number | null, settledAt?: number, outcome?: string }} Acquire
  * @typedef {{ node: string, sentAt: number, repliedAt?: number, ok?: boolean }} Deletion
  * @typedef {{ session: string, client: number, from: number, restored?: number }} Kill
  */
@@ -75,9 +75,9 @@ export class History {
     this.note(`#${hold.id} ${hold.owner} releases ${tail(hold.node)}`);
   }
 
-  /** @param {string} owner @param {string} lock @param {number | null} waitMs @returns {Acquire} */
-  acquiring(owner, lock, waitMs) {
-    const a = { owner, lock, startedAt: this.now(), waitMs };
+  /** @param {string} owner @param {number} client @param {string} lock @param {number | null} waitMs @returns {Acquire} */
+  acquiring(owner, client, lock, waitMs) {
+    const a = { owner, client, lock, startedAt: this.now(), waitMs };
     this.acquires.push(a);
     return a;
   }
@@ -157,13 +157,11 @@ export class History {
         }
       }
       // Fencing tokens: a later hold that does not overlap an earlier one carries a larger token.
-      for (const a of holds) {
-        for (const b of holds) {
-          if (a === b || (a.kind === 'read' && b.kind === 'read')) continue;
-          if (rawEnd(a) <= b.grantedAt && !(b.token > a.token)) {
-            violations.push(`${lock}: token ${b.token} of ${describe(b)} is not above ${a.token} of the earlier ${describe(a)}`);
-          }
-        }
+      for (const b of holds) {
+        const above = holds.filter((/** @type {Hold} */ a) => a !== b && !(a.kind === 'read' && b.kind === 'read') && rawEnd(a) <= b.grantedAt && !(b.token > a.token));
+        if (above.length === 0) continue;
+        const top = above.reduce((/** @type {Hold} */ x, /** @type {Hold} */ y) => (y.token > x.token ? y : x));
+        violations.push(`${lock}: token of ${describe(b)} is not above the tokens of ${above.length} earlier hold(s) that ended before it, e.g. ${describe(top)}`);
       }
     }
     for (const a of this.acquires) {

@@ -98,6 +98,7 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
       this.proxy = proxy;
       this.gen = 0;
       this.ready = false;
+      this.faulted = false;
       /** @type {any} */ this.connection = undefined;
       /** @type {any} */ this.engine = undefined;
       /** @type {any} */ this.locks = {};
@@ -192,7 +193,7 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
         continue;
       }
       const waitMs = pickFrom(s.waitMs);
-      const attempt = history.acquiring(owner, lockable.path, waitMs);
+      const attempt = history.acquiring(owner, client.index, lockable.path, waitMs);
       /** @type {any} */ let lease;
       try {
         lease = await lockable.acquire({ ...(waitMs === null ? {} : { waitMs }), signal: stop.signal, ...extra });
@@ -210,7 +211,7 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
       if (downgrade) {
         // Read lock taken inside the write hold (same call chain), then the write lock released.
         const rwLock = locks.rw;
-        const down = history.acquiring(owner, rwLock.read.path, 2000);
+        const down = history.acquiring(owner, client.index, rwLock.read.path, 2000);
         /** @type {any} */ let read;
         try {
           read = await lockable.runHolding(lease, () => rwLock.read.acquire({ waitMs: 2000, signal: stop.signal }));
@@ -254,7 +255,28 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
 
   /** @param {Fault} f */
   async function runFault(f) {
-    const client = clients[f.client];
+    const clientFault = !['foreign-delete', 'foreign-set', 'stall'].includes(f.kind);
+    /** @type {Client | undefined} */
+    let client = clients[f.client];
+    if (clientFault) {
+      const free = clients.filter((c) => !c.faulted);
+      const live = (/** @type {Client} */ c) =>
+        f.target === 'holder' ? history.holds.some((h) => h.client === c.index && h.releasedAt === undefined && h.abortedAt === undefined)
+        : f.target === 'waiter' ? history.acquires.some((a) => a.client === c.index && a.settledAt === undefined)
+        : false;
+      client = free.find((c) => c.index === f.client && (f.target === 'drawn' || live(c))) ?? free.find(live) ?? free.find((c) => c.index === f.client);
+      if (!client) return void history.note(`fault ${f.kind}: every client is under a fault, skipped`);
+      client.faulted = true;
+    }
+    try {
+      await runFaultOn(f, /** @type {Client} */ (client));
+    } finally {
+      if (clientFault && client) client.faulted = false;
+    }
+  }
+
+  /** @param {Fault} f @param {Client} client */
+  async function runFaultOn(f, client) {
     const label = `${f.kind}${['foreign-delete', 'foreign-set', 'stall'].includes(f.kind) ? '' : ` ${client.name}`}`;
     faultsRun[f.kind] = (faultsRun[f.kind] ?? 0) + 1;
     switch (f.kind) {
