@@ -19,6 +19,12 @@ afterEach(closeAll);
 const SESSION_TIMEOUT_MS = 8_000;
 /** How long a silent cut lasts (the restore then drops the link). */
 const SILENT_CUT_MS = 2_500;
+/**
+ * Rounds of the shortcut case, each on fresh paths: which of the two deletions the server reports
+ * first after the reconnect depends on the order in which the client sends its watches again
+ * (its table of them, by path), about even odds per round.
+ */
+const SHORTCUT_ROUNDS = 6;
 
 type Cut = 'reset' | 'silent';
 type Moment = 'in the reconnected handler' | 'a few ms after the reconnect';
@@ -222,9 +228,7 @@ describe('a node of ours deleted while our link was down is never granted after 
     });
 
     it('a waiter right behind the head, its own node and the head deleted: it does not hold on its deleted node after the reconnect', async () => {
-      // Which of the two deletions the server reports first after the reconnect depends on the
-      // order of the watches the client sends again (by path): a few rounds, with fresh paths.
-      for (let round = 0; round < 3; round++) {
+      for (let round = 0; round < SHORTCUT_ROUNDS; round++) {
         await withProxy(async (proxy) => {
           const path = uniquePath('rg-shortcut');
           const observer = await connect();
