@@ -48,7 +48,7 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     leaders[2]!.start();
     await eventually(async () => (await leaders[0]!.participants()).length === 3, 10_000);
     expect(await leaders[2]!.participants()).toEqual([
-      { id: 'p0', node: expect.stringMatching(/^_c_[0-9a-f-]{36}-latch-\d{10}$/), isLeader: true },
+      { id: 'p0', node: expect.stringMatching(/^_c_[0-9a-f-]{36}-nzl-latch-\d{10}$/), isLeader: true },
       { id: 'p1', node: expect.any(String), isLeader: false },
       { id: 'p2', node: expect.any(String), isLeader: false },
     ]);
