@@ -85,8 +85,8 @@ async function partition(proxy: TcpProxy, e: LockEngine, cut: Cut, meanwhile: ()
     await meanwhile();
   } else {
     // The server sends its notifications into the void (as far as it knows they were delivered).
-    // The cut lasts SILENT_CUT_MS, shorter than the client's own timeout (2/3 of the session's),
-    // which would leave too little of the session to reconnect in: the restore drops the link.
+    // The cut lasts SILENT_CUT_MS, less than the client's own timeout (2/3 of the session's, which
+    // leaves little room before the session counts as lost); the restore then drops the link.
     const started = performance.now();
     proxy.blackhole();
     await meanwhile();
@@ -108,8 +108,8 @@ async function roundTrip(e: LockEngine): Promise<void> {
 
 /**
  * After the reconnect: waits until our acquire settled or queued a node of ours (the deleted one
- * was the only one), then lets the other process go, and returns our acquire's outcome. Our acquire
- * may also still wait without a node (that is safe): the first wait is a bound, not a check.
+ * was the only one), then lets the other process go, and waits until our acquire settled. Our
+ * acquire may also still wait without a node (that is safe): the first wait is a bound, not a check.
  */
 async function settle(observer: ZkConnection, path: string, ours: LockEngine, acquiring: Promise<Lease>, other: OtherHolder): Promise<void> {
   let settled = false;
