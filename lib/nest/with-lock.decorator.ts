@@ -36,8 +36,11 @@ const logger = new Logger('WithLock');
  * processors and any provider method, in either decorator order.
  * @publicApi
  */
-export function WithLock<K extends LockKey>(key: K, options: WithLockOptions = {}): LockedMethodDecorator<K> {
-  validateWithLockOptions(key, options);
+export function WithLock<K extends LockKey>(key: K, given: WithLockOptions = {}): LockedMethodDecorator<K> {
+  validateWithLockOptions(key, given);
+  // Fixed as validated: a later change to the object passed in cannot reach a call (where a bad
+  // value would fail every request instead of the startup).
+  const options: WithLockOptions = Object.freeze({ ...given });
   // Optional: a module that cannot see LockService (ZkLockModule with isGlobal: false, not
   // imported there) gets the explorer's bootstrap error naming the fix, not Nest's generic one.
   const injectService = Inject(LockService);
@@ -321,7 +324,18 @@ class LockedCall {
   }
 }
 
+/** Throws InvalidOptionError naming the option, and where it was given (the key). */
 function validateWithLockOptions(key: unknown, options: WithLockOptions): void {
+  try {
+    checkWithLockOptions(key, options);
+  } catch (error) {
+    if (!(error instanceof InvalidOptionError) || error.option === 'key') throw error;
+    const detail = error.message.slice(`Invalid option "${error.option}": `.length);
+    throw new InvalidOptionError(error.option, `${detail} (in @WithLock(${typeof key === 'string' ? JSON.stringify(key) : 'a key function'}, { ${error.option}: ... }))`);
+  }
+}
+
+function checkWithLockOptions(key: unknown, options: WithLockOptions): void {
   if (typeof key !== 'string' && typeof key !== 'function') {
     throw new InvalidOptionError('key', `@WithLock needs a lock name, a template or a function, got ${describe(key)}`);
   }
