@@ -50,7 +50,10 @@ export class LeadershipExplorer implements OnModuleInit, OnApplicationBootstrap 
         // A hook that fails is logged: it must not break the election.
         Promise.resolve()
           .then(() => method.apply(instance, args))
-          .catch((error: unknown) => this.logger.error(`${label} (leadership ${hook.event} of ${JSON.stringify(hook.election)}) failed: ${String(error)}`));
+          .catch((error: unknown) =>
+            // Reported as the library reports a leadership listener that throws (ZkLockWarning).
+            this.locks.warn(`@${hook.event === 'gained' ? 'OnLeadershipGained' : 'OnLeadershipLost'} hook ${label} of leader election ${JSON.stringify(hook.election)} threw: ${String(error)}`),
+          );
       });
     }
     for (const name of this.names) this.elections.get(name);

@@ -113,6 +113,14 @@ export class LockService {
     return this.connection.state;
   }
 
+  /**
+   * @internal Reports a problem worth an operator's attention that is not a caller's error, as the
+   * library reports its own (`ZkLockWarning`: ZkLockModule logs it as a warning).
+   */
+  warn(message: string): void {
+    this.engine.warn(message);
+  }
+
   /** Releases of leases kept for `minHoldMs` after their work finished. */
   private readonly heldForMinimum = new Set<() => void>();
   private shuttingDown = false;
