@@ -20,7 +20,7 @@ import { settle } from '../workers.mjs';
 export async function followerCut() {
   const leader = await waitForLeader(30_000);
   if (leader === undefined) throw new Error('no ZooKeeper leader within 30 s');
-  const victim = SERVER_IDS.find((id) => id !== leader);
+  const victim = /** @type {number} */ (SERVER_IDS.find((id) => id !== leader));
   const others = SERVER_IDS.filter((id) => id !== victim);
   const record = { fault: 'follower cut off from the leader, its client port up, past session timeout', target: `server ${victim}` };
   const slot = await until('a process to lead the election', () => leaderSlot(), 30_000);
