@@ -21,9 +21,13 @@ export const RECIPES = /** @type {const} */ (['mutex', 'semaphore', 'read-write'
 export const FAULT_KINDS = /** @type {const} */ ([
   'reset-cut', 'silent-cut', 'slow-replies', 'session-kill', 'shutdown', 'foreign-delete', 'foreign-set', 'stall',
 ]);
+/** On a 3-server ensemble only (`npm run chaos -- --schedules N --ensemble`). */
+export const SERVER_FAULT_KINDS = /** @type {const} */ (['leader-kill', 'follower-kill', 'follower-isolate']);
+/** Faults that hit no one client. */
+export const UNTARGETED = ['foreign-delete', 'foreign-set', 'stall', ...SERVER_FAULT_KINDS];
 
 /**
- * @typedef {typeof FAULT_KINDS[number]} FaultKind
+ * @typedef {typeof FAULT_KINDS[number] | typeof SERVER_FAULT_KINDS[number]} FaultKind
  * @typedef {{ at: number, kind: FaultKind, client: number, target: 'holder' | 'waiter' | 'drawn', ms: number, pickLowest: boolean }} Fault
  * @typedef {{
  *   coalesce?: boolean, retainMs?: number, releaseInBackground?: boolean, leaseMs?: number,
@@ -40,7 +44,7 @@ export const FAULT_KINDS = /** @type {const} */ ([
 /**
  * Draws a schedule.
  * @param {number} seed
- * @param {{ durationMs?: number, sessionTimeoutMs?: number, faultsPerSecond?: number, recipe?: string }} [limits]
+ * @param {{ durationMs?: number, sessionTimeoutMs?: number, faultsPerSecond?: number, recipe?: string, serverFaults?: boolean }} [limits]
  * @returns {Schedule}
  */
 export function generateSchedule(seed, limits = {}) {
@@ -88,7 +92,8 @@ export function generateSchedule(seed, limits = {}) {
   const count = Math.max(2, Math.round((durationMs / 1000) * (limits.faultsPerSecond ?? 1.2)));
   for (let i = 0; i < count; i++) {
     const at = between(200, durationMs - 300);
-    const kind = pick(FAULT_KINDS);
+    /** @type {FaultKind} */
+    const kind = limits.serverFaults && chance(0.3) ? pick(SERVER_FAULT_KINDS) : pick(FAULT_KINDS);
     const client = between(0, clients - 1);
     let ms = 0;
     if (kind === 'reset-cut' || kind === 'silent-cut') {
@@ -97,6 +102,8 @@ export function generateSchedule(seed, limits = {}) {
     } else if (kind === 'slow-replies') ms = between(300, 2000);
     else if (kind === 'session-kill') ms = between(200, 1500);
     else if (kind === 'shutdown') ms = between(100, 1500);
+    else if (kind === 'leader-kill' || kind === 'follower-kill') ms = between(500, 3000);
+    else if (kind === 'follower-isolate') ms = between(sessionTimeoutMs * 0.5, sessionTimeoutMs * 1.5);
     else if (kind === 'stall') ms = chance(0.85) ? between(50, 600) : between(sessionTimeoutMs * 0.5, sessionTimeoutMs * 0.9);
     // Which client: one holding a lock at that moment, one waiting, or the drawn one (resolved
     // when the fault comes; a client already under a fault is passed over).
@@ -121,5 +128,5 @@ export function describeSchedule(s) {
 
 /** The faults as a replayable listing. @param {Schedule} s */
 export function faultListing(s) {
-  return s.faults.map((f) => `  +${f.at} ms ${f.kind}${['foreign-delete', 'foreign-set', 'stall'].includes(f.kind) ? '' : f.target === 'drawn' ? ` client ${f.client}` : ` a ${f.target} (else client ${f.client})`}${f.ms ? ` for ${f.ms} ms` : ''}${f.kind === 'foreign-delete' || f.kind === 'foreign-set' ? (f.pickLowest ? ' (lowest node)' : ' (any node)') : ''}`).join('\n');
+  return s.faults.map((f) => `  +${f.at} ms ${f.kind}${UNTARGETED.includes(f.kind) ? '' : f.target === 'drawn' ? ` client ${f.client}` : ` a ${f.target} (else client ${f.client})`}${f.ms ? ` for ${f.ms} ms` : ''}${f.kind === 'foreign-delete' || f.kind === 'foreign-set' ? (f.pickLowest ? ' (lowest node)' : ' (any node)') : ''}`).join('\n');
 }

@@ -8,7 +8,7 @@
 //   delete's reply is not excused. A hold in a session the test killed, from the kill on, and any
 //   hold granted in that session before its link was back (events from before the cut).
 // - fencing: of two holds of one lock that do not overlap, the later one's token is larger
-//   (readers compared with writers only);
+//   (readers compared with writers only; a semaphore's slots only with permits 1);
 // - no hang: every acquire settles within its waitMs + the session timeout + 5 s; none is left
 //   pending at the end;
 // - every hold ends (released or signal aborted).
@@ -157,6 +157,9 @@ export class History {
         }
       }
       // Fencing tokens: a later hold that does not overlap an earlier one carries a larger token.
+      // Not between a semaphore's slots when it has several permits: two slots live side by side
+      // on the server, and which caller hears of its grant first is a race.
+      if (permits !== undefined && permits > 1) continue;
       for (const b of holds) {
         const above = holds.filter((/** @type {Hold} */ a) => a !== b && !(a.kind === 'read' && b.kind === 'read') && rawEnd(a) <= b.grantedAt && !(b.token > a.token));
         if (above.length === 0) continue;

@@ -5,17 +5,23 @@
 //   node scripts/chaos/index.mjs --schedules N | --schedule-seconds S
 //        [--seed FIRST] [--seeds a,b,c] [--schedule-ms MS] [--recipe mutex|semaphore|read-write|multi-lock|leadership]
 //        [--session-timeout-ms MS] [--faults-per-second F] [--lib PATH] [--zk HOST:PORT] [--json FILE] [--keep-going]
+//        [--ensemble]
 //
 // Seeds run FIRST, FIRST+1, ... (default: from the clock, printed); --seeds lists them instead
 // (a replay: `--seeds 1234`). --schedule-ms is each schedule's fault window (default 8000).
 // --lib is the library's core module (default dist/core/index.js; e.g. an older build to compare).
+// --ensemble: a 3-server quorum of its own (servers linked through forwarders here), each client
+// behind a proxy per server, and server faults drawn too: the leader or a follower killed
+// (SIGKILL, restarted after a while), a follower cut off from the others with its client port up.
+// Session timeout 6000 ms there unless --session-timeout-ms.
 // Stops at the first failing schedule unless --keep-going. Exit code 0: every schedule passed;
 // 1: a violation; 2: the run itself failed.
 import { writeFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { REPO_ROOT, startStandalone } from '../../support/zookeeper.mjs';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { REPO_ROOT, startEnsemble, startStandalone } from '../../support/zookeeper.mjs';
 import { describeSchedule, faultListing, generateSchedule } from './generate.mjs';
 import { runSchedule } from './run-schedule.mjs';
 
@@ -33,6 +39,7 @@ const { values: args } = parseArgs({
     zk: { type: 'string' },
     json: { type: 'string' },
     'keep-going': { type: 'boolean', default: false },
+    ensemble: { type: 'boolean', default: false },
   },
 });
 
@@ -47,13 +54,38 @@ if (count === Infinity && seconds === Infinity) fail('give --schedules N, --sche
 if (!(count > 0) || !(seconds > 0)) fail('--schedules and --schedule-seconds expect positive numbers');
 const firstSeed = args.seed !== undefined ? Number(args.seed) : Date.now() % 2 ** 31;
 const scheduleMs = Number(args['schedule-ms'] ?? 8000);
-const sessionTimeoutMs = Number(args['session-timeout-ms'] ?? 4000);
+const sessionTimeoutMs = Number(args['session-timeout-ms'] ?? (args.ensemble ? 6000 : 4000));
 const faultsPerSecond = args['faults-per-second'] !== undefined ? Number(args['faults-per-second']) : undefined;
 const libPath = resolve(args.lib ?? `${REPO_ROOT}/dist/core/index.js`);
 const lib = await import(pathToFileURL(libPath).href).catch((e) => fail(`cannot load ${libPath} (run \`npm run build\`): ${e.message}`));
 
-const server = args.zk ? undefined : await startStandalone();
+if (args.ensemble && args.zk) fail('--ensemble starts its own servers: no --zk with it');
+const server = args.zk ? undefined : args.ensemble ? await startEnsemble({ peerLinks: true }) : await startStandalone();
 const connectString = args.zk ?? /** @type {any} */ (server).connectString;
+const ensemble = args.ensemble ? /** @type {import('../../support/zookeeper.mjs').ZkEnsembleHandle} */ (server) : undefined;
+/** Server faults on the ensemble, one at a time (run-schedule.mjs serializes them). */
+const servers = ensemble && {
+  targets: ensemble.servers.map((s) => `127.0.0.1:${s.port}`),
+  /** @param {string} kind @param {number} ms @param {(text: string) => void} note */
+  async fault(kind, ms, note) {
+    const leader = await ensemble.waitForLeader([], 30_000);
+    const followers = ensemble.servers.map((s) => s.id).filter((id) => id !== leader);
+    const id = kind === 'leader-kill' ? leader : followers[Math.floor(Math.random() * followers.length)];
+    if (kind === 'follower-isolate') {
+      note(`server ${id} cut off from the others for ${ms} ms`);
+      ensemble.isolate(id);
+      await sleep(ms);
+      ensemble.rejoin(id);
+    } else {
+      note(`server ${id} (${id === leader ? 'leader' : 'follower'}) killed for ${ms} ms`);
+      await ensemble.stopServer(id, 'SIGKILL');
+      await sleep(ms);
+      await ensemble.restartServer(id);
+    }
+    await ensemble.waitForLeader([], 60_000);
+    note(`server ${id} back, a leader serves`);
+  },
+};
 console.log(`fault schedules against ${connectString}, library ${libPath}; first seed ${firstSeed}`);
 
 const deadline = Date.now() + seconds * 1000;
@@ -65,15 +97,15 @@ try {
   for (let i = 0; i < count && Date.now() < deadline; i++) {
     const seed = seedList ? seedList[i] : firstSeed + i;
     if (seed === undefined) break;
-    const schedule = generateSchedule(seed, { durationMs: scheduleMs, sessionTimeoutMs, faultsPerSecond, recipe: args.recipe });
-    const result = await runSchedule({ lib, connectString, schedule });
+    const schedule = generateSchedule(seed, { durationMs: scheduleMs, sessionTimeoutMs, faultsPerSecond, recipe: args.recipe, serverFaults: args.ensemble });
+    const result = await runSchedule({ lib, connectString, schedule, servers });
     const line = `#${i + 1} seed ${seed}: ${result.ok ? 'ok  ' : 'FAIL'} ${(result.elapsedMs / 1000).toFixed(1)} s ${describeSchedule(schedule)} | ${JSON.stringify(result.stats)}`;
     console.log(line);
     results.push({ seed, ok: result.ok, elapsedMs: result.elapsedMs, schedule: describeSchedule(schedule), stats: result.stats, faultsRun: result.faultsRun, violations: result.violations, warnings: result.warnings, ...(result.ok ? {} : { faults: schedule.faults, events: result.events }) });
     if (!result.ok) {
       failed++;
       console.log(
-        `  replay: npm run chaos -- --seeds ${seed} --schedule-ms ${scheduleMs}${args.recipe ? ` --recipe ${args.recipe}` : ''}${faultsPerSecond ? ` --faults-per-second ${faultsPerSecond}` : ''}${sessionTimeoutMs !== 4000 ? ` --session-timeout-ms ${sessionTimeoutMs}` : ''}\n${faultListing(schedule)}\n` +
+        `  replay: npm run chaos -- --seeds ${seed} --schedule-ms ${scheduleMs}${args.recipe ? ` --recipe ${args.recipe}` : ''}${faultsPerSecond ? ` --faults-per-second ${faultsPerSecond}` : ''}${args.ensemble ? ' --ensemble' : ''}${args['session-timeout-ms'] ? ` --session-timeout-ms ${sessionTimeoutMs}` : ''}\n${faultListing(schedule)}\n` +
           `  violations (${result.violations.length}):\n    ${result.violations.slice(0, 12).join('\n    ')}\n  history (last 80 events):\n${result.events.slice(-80).join('\n')}`,
       );
       if (!args['keep-going']) break;

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { TcpProxy } from '../../support/tcp-proxy.mjs';
 import { describe as describeHold, History } from './history.mjs';
-import { prng } from './generate.mjs';
+import { prng, UNTARGETED } from './generate.mjs';
 
 /** @typedef {import('./generate.mjs').Schedule} Schedule */
 /** @typedef {import('./generate.mjs').Fault} Fault */
@@ -23,10 +23,48 @@ import { prng } from './generate.mjs';
  */
 
 /**
- * @param {{ lib: any, connectString: string, schedule: Schedule, log?: (line: string) => void }} params
+ * One client's proxies, one per server, cut and restored together.
+ */
+class ProxyGroup {
+  /** @param {string[]} targets */
+  static async start(targets) {
+    return new ProxyGroup(await Promise.all(targets.map((t) => TcpProxy.start(t))));
+  }
+  /** @param {TcpProxy[]} proxies */
+  constructor(proxies) {
+    this.proxies = proxies;
+  }
+  get connectString() {
+    return this.proxies.map((p) => p.connectString).join(',');
+  }
+  cut() {
+    for (const p of this.proxies) p.cut();
+  }
+  blackhole() {
+    for (const p of this.proxies) p.blackhole();
+  }
+  /** @param {number} bytesPerSecond */
+  slowReplies(bytesPerSecond) {
+    for (const p of this.proxies) p.slowReplies(bytesPerSecond);
+  }
+  restore() {
+    for (const p of this.proxies) p.restore();
+  }
+  async close() {
+    await Promise.all(this.proxies.map((p) => p.close()));
+  }
+}
+
+/**
+ * `servers` (an ensemble): the servers' addresses (each client gets a proxy per server) and how
+ * to run a server fault (leader-kill, follower-kill, follower-isolate) for `ms`.
+ * @param {{
+ *   lib: any, connectString: string, schedule: Schedule, log?: (line: string) => void,
+ *   servers?: { targets: string[], fault: (kind: string, ms: number, note: (text: string) => void) => Promise<void> },
+ * }} params
  * @returns {Promise<ScheduleResult>}
  */
-export async function runSchedule({ lib, connectString, schedule, log = () => undefined }) {
+export async function runSchedule({ lib, connectString, schedule, log = () => undefined, servers }) {
   const started = performance.now();
   const s = schedule;
   const history = new History();
@@ -92,7 +130,7 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
   }
 
   class Client {
-    /** @param {number} index @param {TcpProxy} proxy */
+    /** @param {number} index @param {ProxyGroup} proxy */
     constructor(index, proxy) {
       this.index = index;
       this.proxy = proxy;
@@ -149,7 +187,8 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
     }
   }
 
-  const proxies = await Promise.all(Array.from({ length: s.clients }, () => TcpProxy.start(connectString)));
+  const targets = servers?.targets ?? [connectString.split(',')[0]];
+  const proxies = await Promise.all(Array.from({ length: s.clients }, () => ProxyGroup.start(targets)));
   const clients = proxies.map((p, i) => new Client(i, p));
   await Promise.all(clients.map((c) => c.open()));
 
@@ -253,9 +292,10 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
     return `${parent}/${lowest ? sorted[0] : sorted[Math.floor(random() * sorted.length)]}`;
   }
 
+  let serverFaulted = false;
   /** @param {Fault} f */
   async function runFault(f) {
-    const clientFault = !['foreign-delete', 'foreign-set', 'stall'].includes(f.kind);
+    const clientFault = !UNTARGETED.includes(f.kind);
     /** @type {Client | undefined} */
     let client = clients[f.client];
     if (clientFault) {
@@ -277,7 +317,7 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
 
   /** @param {Fault} f @param {Client} client */
   async function runFaultOn(f, client) {
-    const label = `${f.kind}${['foreign-delete', 'foreign-set', 'stall'].includes(f.kind) ? '' : ` ${client.name}`}`;
+    const label = `${f.kind}${UNTARGETED.includes(f.kind) ? '' : ` ${client.name}`}`;
     faultsRun[f.kind] = (faultsRun[f.kind] ?? 0) + 1;
     switch (f.kind) {
       case 'reset-cut':
@@ -338,6 +378,18 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
         }
         d.repliedAt = history.now();
         history.note(`fault foreign-delete ${node}: ${d.ok ? 'deleted' : 'gone already'}`);
+        return;
+      }
+      case 'leader-kill':
+      case 'follower-kill':
+      case 'follower-isolate': {
+        if (!servers || serverFaulted) return void (faultsRun[f.kind]--, history.note(`fault ${f.kind}: skipped (${servers ? 'another server fault is on' : 'no ensemble'})`));
+        serverFaulted = true;
+        try {
+          await servers.fault(f.kind, f.ms, (text) => history.note(`fault ${f.kind}: ${text}`));
+        } finally {
+          serverFaulted = false;
+        }
         return;
       }
       case 'stall': {
