@@ -69,12 +69,6 @@ export class WriteLock extends LockRecipe {
     };
   }
 
-  /** The node of the write lock this call chain holds, if any (for a downgrade). */
-  heldNodeName(): string | undefined {
-    const held = this.heldLease();
-    return held ? held.path.slice(held.path.lastIndexOf('/') + 1) : undefined;
-  }
-
   /** The write lease this call chain holds, if any. */
   heldLease(): Lease | undefined {
     const held = LockContext.heldByChain(this.contextKey);

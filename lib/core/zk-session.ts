@@ -452,7 +452,7 @@ export class NativeZkSession implements ZkSession {
   private readonly unsettled = new Set<(code: number) => void>();
 
   private failInFlight(): void {
-    for (const fail of [...this.unsettled]) fail(ZkCode.INVALIDSTATE);
+    for (const fail of [...this.unsettled]) fail(ZkCode.CLOSING);
   }
 
   /**
