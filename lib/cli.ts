@@ -11,7 +11,8 @@ import { parseArgs } from 'node:util';
 import { ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
 import { ZkConnection } from './core/zk-connection.js';
-import { ZkError } from './core/zk-error.js';
+import { isZkCode, ZkCode, ZkError } from './core/zk-error.js';
+import { isRevokeRequest } from './core/holder-data.js';
 import { resolveLockPath } from './core/lock-path.js';
 import { revokeHolders } from './core/revocation.js';
 
@@ -23,9 +24,11 @@ holds each one (host, pid, app/instance from the lock node; Curator nodes show a
 how many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
 
 revoke: asks the holder(s) of <lock> (a name under /locks, or an absolute path; a mutex,
-read-write lock or leader election) to let go, and prints who was asked. Curator's
-revocation: only holders that made their lock revocable let go; it never breaks a lock.
-With auth on the locks, pass the same credentials (--auth).
+read-write lock or leader election) to let go, and prints who was asked and, after
+--wait, what each did: let go, ignored the request (its lock is not revocable: it wrote its
+data back), or still holds (only a holder that made its lock revocable lets go, when its
+work ends; one that did not never answers, and ZooKeeper cannot tell the two apart). Curator's
+revocation: it never breaks a lock. With auth on the locks, pass the same credentials (--auth).
 
 Options:
   --connect <host:port,...>   the ensemble (default: $ZK_CONNECT)
@@ -35,16 +38,19 @@ Options:
   --permits <n>               semaphore permit count (ZooKeeper does not store it)
   --timeout <ms>              how long to try to connect (default 5000)
   --auth <user:password>      digest credentials (default: $ZK_AUTH)
+  --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
   -h, --help                  this help
   -v, --version               the package version
 
 Exit status: 0 done, 1 bad usage or a ZooKeeper error (NOAUTH: not allowed to revoke),
 2 cannot connect (unreachable, credentials refused, chroot missing) or the connection was
-lost, 3 revoke found nobody holding the lock.`;
+lost, 3 revoke found nobody holding the lock, 4 every holder asked ignored the request (not
+revocable).`;
 
 const EXIT_USAGE = 1;
 const EXIT_UNREACHABLE = 2;
 const EXIT_NOBODY_ASKED = 3;
+const EXIT_NOT_REVOCABLE = 4;
 
 class UsageError extends Error {}
 
@@ -95,9 +101,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   try {
     await connection.connect();
     if (options.command === 'revoke') {
-      const asked = await revokeHolders(connection, options.path);
-      io.out(options.json ? `${JSON.stringify(asked, null, 2)}\n` : formatAsked(asked, options.path));
-      return asked.length > 0 ? 0 : EXIT_NOBODY_ASKED;
+      const asked = await followUp(connection, await revokeHolders(connection, options.path), options.waitMs);
+      io.out(options.json ? `${JSON.stringify(asked, null, 2)}\n` : formatAsked(asked, options.path, options.waitMs));
+      if (asked.length === 0) return EXIT_NOBODY_ASKED;
+      return asked.every((h) => h.outcome === 'ignored') ? EXIT_NOT_REVOCABLE : 0;
     }
     const locks = await collect(connection, options);
     io.out(options.json ? `${JSON.stringify(locks, null, 2)}\n` : formatTable(locks, options.path));
@@ -140,6 +147,7 @@ function parse(argv: readonly string[]) {
       permits: { type: 'string' },
       timeout: { type: 'string' },
       auth: { type: 'string' },
+      wait: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
     },
@@ -156,6 +164,7 @@ interface Options {
   permits: number | undefined;
   timeoutMs: number;
   auth: string | undefined;
+  waitMs: number;
 }
 
 function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
@@ -184,6 +193,7 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     permits: args.values.permits === undefined ? undefined : integer(args.values.permits, '--permits', 1, 1),
     timeoutMs: integer(args.values.timeout, '--timeout', 5000, 1),
     auth: args.values.auth ?? (env.ZK_AUTH || undefined),
+    waitMs: integer(args.values.wait, '--wait', 1000, 0),
   };
 }
 
@@ -265,12 +275,59 @@ function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
   }
 }
 
-/** What `revoke` prints: whom it asked, one line each. */
-export function formatAsked(asked: readonly ContenderInfo[], path: string): string {
+/**
+ * What a holder did about the request: `let-go` (its node is gone), `ignored` (its data is no
+ * longer the marker: this library's non-revocable leader writes its id back), or `holding` (the
+ * marker is still there: a revocable holder lets go when its work ends, one that is not never
+ * does, and ZooKeeper cannot tell which).
+ */
+export type RevokeOutcome = 'let-go' | 'ignored' | 'holding';
+export type AskedHolder = ContenderInfo & { outcome: RevokeOutcome };
+
+/** Watches the asked holders for up to `waitMs` (until each has answered). */
+async function followUp(connection: ZkConnection, asked: readonly ContenderInfo[], waitMs: number): Promise<AskedHolder[]> {
+  const outcomes = asked.map((holder): AskedHolder => ({ ...holder, outcome: 'holding' }));
+  if (outcomes.length === 0) return outcomes;
+  const session = await connection.whenConnected();
+  let deadline = Date.now() + waitMs;
+  for (;;) {
+    await Promise.all(
+      outcomes.map(async (holder) => {
+        if (holder.outcome !== 'holding') return;
+        try {
+          if (!isRevokeRequest((await session.getData(holder.path)).data)) holder.outcome = 'ignored';
+        } catch (error) {
+          if (isZkCode(error, ZkCode.NONODE)) holder.outcome = 'let-go';
+          else if (!isZkCode(error, ZkCode.NOAUTH)) throw error;
+          else deadline = 0; // not allowed to read it: we cannot tell
+        }
+      }),
+    );
+    if (outcomes.every((h) => h.outcome !== 'holding') || Date.now() >= deadline) return outcomes;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(100, Math.max(0, deadline - Date.now()))));
+  }
+}
+
+/** What `revoke` prints: whom it asked, one line each, and what each did. */
+export function formatAsked(asked: readonly (ContenderInfo & { outcome?: RevokeOutcome })[], path: string, waitMs = 0): string {
   if (asked.length === 0) return `Nobody holds ${printable(path)}: nobody was asked.\n`;
-  const lines = asked.map((h) => `  ${describeHolder(h)}  session 0x${h.sessionId}  node ${h.node}`);
+  const lines = asked.map((h) => printable(`  ${describeHolder(h)}  session 0x${h.sessionId}  node ${h.node}`) + (h.outcome ? `\n    ${describeOutcome(h.outcome, waitMs)}` : ''));
   const whom = asked.length === 1 ? 'its holder' : `its ${asked.length} holders`;
-  return printable(`Asked ${whom} to let go (${path}):`) + '\n' + lines.map(printable).join('\n') + '\n';
+  return printable(`Asked ${whom} to let go (${path}):`) + '\n' + lines.join('\n') + '\n';
+}
+
+function describeOutcome(outcome: RevokeOutcome, waitMs: number): string {
+  switch (outcome) {
+    case 'let-go':
+      return 'let go.';
+    case 'ignored':
+      return 'ignored the request: its lock is not revocable (it wrote its data back); it keeps the lock until it releases it.';
+    default:
+      return (
+        `still holds it${waitMs > 0 ? ` after ${formatAge(waitMs)}` : ''}: it lets go only if it made its lock revocable ` +
+        "(@WithLock({ revocable: true }), revocable: true, Curator's makeRevocable), when its work ends; if it did not, nothing happens."
+      );
+  }
 }
 
 /** `host:pid app/instance`; a Curator node has only its IP as host. */
