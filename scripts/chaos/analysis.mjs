@@ -52,6 +52,8 @@ export function overlaps() {
 /** Holders that exclude each other pairwise (the semaphore is counted by permits instead). */
 export function conflicting(a, b) {
   if (a.lock === 'mutex' || a.lock === 'notify' || a.lock === 'leader') return b.lock === a.lock;
+  // The kept-node fault's locks: one per case (its lockPath).
+  if (a.lock === 'kept') return b.lock === 'kept' && a.lockPath === b.lockPath;
   if (a.lock === 'rw-write') return b.lock === 'rw-write' || b.lock === 'rw-read';
   if (a.lock === 'rw-read') return b.lock === 'rw-write';
   return false;
@@ -81,7 +83,7 @@ export function unawareOverlap() {
       if (!conflicting(a, b)) continue;
       const overlap = Math.min(a.endAt, b.endAt) - b.acquiredAt;
       if (overlap <= 0) continue;
-      const bucket = byLock[a.lock === 'mutex' || a.lock === 'notify' ? 'mutex' : a.lock === 'leader' ? 'leader' : 'rw'];
+      const bucket = byLock[a.lock === 'mutex' || a.lock === 'notify' || a.lock === 'kept' ? 'mutex' : a.lock === 'leader' ? 'leader' : 'rw'];
       bucket.pairs++;
       bucket.ms += overlap;
       if (examples.length < 5) examples.push({ a: pick(a), b: pick(b), ms: round1(overlap) });
@@ -149,9 +151,20 @@ export function lostSignalMargins() {
   return list.sort((a, b) => a.at - b.at);
 }
 
-/** Successive holders (by acquisition time) whose fencing token does not increase. */
+/**
+ * Successive holders (by acquisition time) whose fencing token does not increase. Lock 'kept' (a
+ * path per case of the kept-node fault) is judged per path.
+ */
 export function tokenInversions(lock) {
-  const list = [...holds.values()].filter((h) => h.lock === lock).sort((a, b) => a.acquiredAt - b.acquiredAt);
+  if (lock === 'kept') {
+    const paths = new Set([...holds.values()].filter((h) => h.lock === lock).map((h) => h.lockPath));
+    const all = [...paths].map((path) => tokenInversionsOf([...holds.values()].filter((h) => h.lock === lock && h.lockPath === path)));
+    return { count: all.reduce((n, r) => n + r.count, 0), examples: all.flatMap((r) => r.examples).slice(0, 5) };
+  }
+  return tokenInversionsOf([...holds.values()].filter((h) => h.lock === lock));
+}
+function tokenInversionsOf(holdList) {
+  const list = [...holdList].sort((a, b) => a.acquiredAt - b.acquiredAt);
   const examples = [];
   let count = 0;
   for (let i = 1; i < list.length; i++) {

@@ -52,6 +52,7 @@ if (!Number.isInteger(opts.processes) || opts.processes < 3) fail('--processes e
 export const FAULT_NAMES = [
   'leader', 'follower', 'partition', 'silent-partition', 'notify-partition', 'pause', 'kill-holder', 'kill-waiter',
   'rolling-restart', 'foreign-set', 'try-once-outage', 'ensemble', 'follower-cut',
+  'kept-node-delete',
 ];
 if (args.faults !== undefined && !args.faults.split(',').every((f) => FAULT_NAMES.includes(f.trim()))) {
   fail(`--faults expects a comma-separated list of ${FAULT_NAMES.join(', ')}`);

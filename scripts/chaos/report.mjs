@@ -11,7 +11,7 @@ import { burstOk, TRY_ONCE_BOUND_MS, TRY_ONCE_SLACK_MS, tryOnceBursts, tryOnceLi
 
 export function report({ nodes, orphanList, orphansLater }) {
   const ov = overlaps();
-  const inversions = { mutex: tokenInversions('mutex'), rw: tokenInversions('rw-write'), leader: tokenInversions('leader') };
+  const inversions = { mutex: tokenInversions('mutex'), rw: tokenInversions('rw-write'), leader: tokenInversions('leader'), kept: tokenInversions('kept') };
   // A reader whose value changed under it although its signal had not aborted: a failure, unless
   // its process was SIGSTOPped meanwhile (it cannot know before the library hears of the expiry).
   const sawWrite = [...holds.values()].filter((h) => h.readerSawWrite);
@@ -35,7 +35,18 @@ export function report({ nodes, orphanList, orphansLater }) {
     durationS: Math.round((now() - T0) / 1000),
     operations: run.storeOps,
     acquisitions: { total: totalAcq, ...acquisitions },
-    store: Object.fromEntries(Object.entries(store).map(([k, v]) => [k, { ...v, maxToken: String(v.maxToken), maxAcqTouched: undefined, lastHolder: undefined, superseded: undefined }])),
+    store: Object.fromEntries(Object.entries(store).map(([k, v]) => [k, { ...v, maxToken: String(v.maxToken), maxWriteToken: String(v.maxWriteToken), maxAcqTouched: undefined, lastHolder: undefined, superseded: undefined }])),
+    /**
+     * Token order in the store: operations from a token lower than one it had already seen,
+     * accepted (a violation) / rejected by the fencing check (would have been one), deliberate
+     * late writes left out; `kept`: the kept-node fault's own counter, where every such rejection
+     * fails the run too (its holders read and write at once, while their signals are live).
+     */
+    tokenOrder: {
+      lowerAccepted: sum((s) => s.lowerAccepted),
+      lowerRejected: sum((s) => s.lowerRejected),
+      kept: { lowerAccepted: store.kept.lowerAccepted, lowerRejected: store.kept.lowerRejected },
+    },
     staleAccepted: sum((s) => s.staleAccepted),
     falseRejects: sum((s) => s.falseRejects),
     fencingRejections: sum((s) => s.rejectedReads + s.rejectedWrites),
@@ -67,8 +78,8 @@ export function report({ nodes, orphanList, orphansLater }) {
     readerSawWrite,
     readerSawWritePaused,
     readerSawWriteExamples: sawWrite.slice(0, 5).map((h) => ({ holdId: h.holdId, pid: h.pid, acquiredAt: rel(h.acquiredAt), endAt: rel(h.endAt), end: h.end, pausedThrough: pausedThrough(h) })),
-    tokenInversions: inversions.mutex.count + inversions.rw.count + inversions.leader.count,
-    tokenInversionExamples: [...inversions.mutex.examples, ...inversions.rw.examples, ...inversions.leader.examples],
+    tokenInversions: inversions.mutex.count + inversions.rw.count + inversions.leader.count + inversions.kept.count,
+    tokenInversionExamples: [...inversions.mutex.examples, ...inversions.rw.examples, ...inversions.leader.examples, ...inversions.kept.examples],
     orphans: Array.isArray(nodes) ? orphanList.length : -1,
     orphanPaths: orphanList.map((n) => n.path),
     orphansLater,
@@ -95,6 +106,8 @@ export function report({ nodes, orphanList, orphansLater }) {
     result.tryOnce.failedBursts.length === 0 &&
     result.readerSawWrite === 0 &&
     result.tokenInversions === 0 &&
+    result.tokenOrder.lowerAccepted === 0 &&
+    result.tokenOrder.kept.lowerRejected === 0 &&
     result.orphans === 0 &&
     fatals.length === 0 &&
     crashes.length === 0 &&
@@ -124,6 +137,11 @@ export function printTables(r) {
   row('**... accepted (writes from stale holders)**', r.staleAccepted, '0');
   row('rejections of the newest holder (token out of order)', r.falseRejects, '0');
   row('fencing token inversions between successive holders', r.tokenInversions, '0');
+  row(
+    '**token order: store operations from a lower token than one already seen** (accepted: violations / rejected by the fence: would have been, late writes left out; kept-node fault)',
+    `${r.tokenOrder.lowerAccepted} / ${r.tokenOrder.lowerRejected}; kept-node fault: ${r.tokenOrder.kept.lowerAccepted} / ${r.tokenOrder.kept.lowerRejected}`,
+    '0 / any; 0 / 0',
+  );
   row('**lost updates**', r.lostUpdates, '0');
   row('counter = accepted writes', r.counterConsistent ? 'yes' : 'NO', 'yes');
   row('overlapping holders, both still holding by their own account', r.unexplainedOverlaps, '0');

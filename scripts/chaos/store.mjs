@@ -29,9 +29,21 @@ export function newStore() {
      * holders' intervals overlapped in the store's own view (whatever their tokens or clocks said).
      */
     interleaved: 0,
+    /**
+     * Token order: operations (reads, writes) carrying a token lower than one the store had already
+     * seen. The fencing check above rejects them, so `lowerAccepted` (a real violation: a write
+     * from a lower token accepted after one from a higher token) stays 0 unless that check is
+     * gone; `lowerRejected` counts what would have been a violation without it (the deliberate late
+     * writes of the partition and pause faults left out: they are `lateRejected`).
+     */
+    lowerAccepted: 0,
+    lowerRejected: 0,
+    /** The highest token of an accepted write (for `lowerAccepted`). */
+    maxWriteToken: -1n,
   };
 }
-export const store = { mutex: newStore(), rw: newStore(), leader: newStore() };
+/** `kept`: the holders of the kept-node fault (faults/kept-node-delete.mjs), one counter for all its cases. */
+export const store = { mutex: newStore(), rw: newStore(), leader: newStore(), kept: newStore() };
 
 export function storeOp(m) {
   run.storeOps++;
@@ -45,6 +57,7 @@ export function storeOp(m) {
     else s.rejectedWrites++;
     if (m.late) s.lateRejected++;
     if (!laterHolderActive) s.falseRejects++;
+    if (!m.late) s.lowerRejected++;
     return { ok: false };
   }
   s.maxToken = token;
@@ -58,6 +71,8 @@ export function storeOp(m) {
     return { ok: true, value: s.value };
   }
   if (laterHolderActive) s.staleAccepted++;
+  if (token < s.maxWriteToken) s.lowerAccepted++;
+  else s.maxWriteToken = token;
   if (m.expect !== s.value) s.lostUpdates++;
   s.value = m.value;
   s.accepted++;

@@ -22,6 +22,17 @@
 //   connection, exit), {cmd:'try-once-burst', ms} (try-once acquires of a mutex, a semaphore and a
 //   read lock nobody else uses, for `ms`: reports how long each took to settle, why it failed, and
 //   the worst event-loop delay meanwhile).
+//   The kept-node fault (faults/kept-node-delete.mjs), on a lock path of its own per case, every
+//   hold reported as lock 'kept' with its `lockPath`, each holder doing one read → write on the
+//   store's 'kept' counter at once: {cmd:'kept-prepare', mode:'kept', path} (a mutex with retainMs:
+//   acquire, release (kept), acquire again (handed over), release: the node is kept) or mode
+//   'coalesced' (a coalesced mutex: hold it, with a second local caller queued behind) → {t:'kept',
+//   what:'ready', node (the kept or held node), holdId (coalesced: the holder)};
+//   {cmd:'kept-arm', moment:'handler'|'after'} → on the connection's next 'reconnected' (in the
+//   handler, or 2 ms after it) acquire again (kept) or let the holder release to the queued caller
+//   (coalesced), reported {t:'kept', what:'acted'}; {cmd:'kept-other', path} (another process:
+//   take that lock, one node per caller, hold it until {cmd:'kept-other-release'}) → {t:'kept',
+//   what:'other-held'} once its write was answered.
 //   SIGTERM is a rolling restart's stop, as Nest's shutdown hooks do it: no new acquires (the loops
 //   end; waiting acquires are refused by the engine), engine.shutdown() (holders get
 //   `shutdownGraceMs`, then their signals abort with reason 'shutdown' before their nodes are
@@ -266,6 +277,98 @@ async function work() {
     const letGo = new Promise((resolve) => (notifyLetGo = resolve));
     await holdOnce('notify-wait', 'notify', notifyLock, (hold, signal) => Promise.race([whenAborted(signal), letGo, sleep(60_000)]), 60_000);
   }
+  // The kept-node fault: its mutexes (one path per case) and what the runner armed.
+  /** @type {Map<string, { mode: string, lock: Mutex, letGo?: () => void }>} */
+  const kept = new Map();
+  let keptOtherRelease;
+  let keptHolds = 0;
+  /**
+   * Reports a hold of lock 'kept' on `lockPath` like holdOnce (acquired, lost, released,
+   * release-done): `acquiring` settles with its lease; the holder reads and writes the store's
+   * 'kept' counter at once (while its signal has not aborted), then runs `body`, then releases.
+   */
+  async function keptHold(w, lockPath, acquiring, body = () => undefined) {
+    send({ t: 'acquiring', w, lock: 'kept', at: now() });
+    let lease;
+    try {
+      lease = await acquiring;
+    } catch (error) {
+      send({ t: 'error', w, lock: 'kept', op: 'acquire', name: error?.name, reason: error?.reason ?? error?.codeName, message: String(error?.message), at: now() });
+      return undefined;
+    }
+    const hold = { holdId: `${process.pid}.${w}.k${++keptHolds}`, lock: 'kept', lockPath, token: String(lease.fencingToken), sessionId: lease.sessionId, path: lease.path, acquiredAt: now() };
+    let lostAt;
+    const signal = lease.signal;
+    const onLost = () => {
+      lostAt = now();
+      send({ t: 'lost', w, ...hold, name: signal.reason?.name, reason: signal.reason?.reason, at: lostAt });
+    };
+    if (signal.aborted) onLost();
+    else signal.addEventListener('abort', onLost, { once: true });
+    send({ t: 'acquired', w, ...hold, at: hold.acquiredAt });
+    const extra = {};
+    try {
+      const read = await call({ t: 'read', store: 'kept', holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt });
+      if (read.ok && !signal.aborted) {
+        await call({ t: 'write', store: 'kept', holdId: hold.holdId, token: hold.token, acquiredAt: hold.acquiredAt, expect: read.value, value: read.value + 1 });
+      } else if (read.ok) extra.skippedWrite = true;
+      await body(hold, signal);
+    } catch (error) {
+      send({ t: 'error', w, lock: 'kept', op: 'hold', name: error?.name, message: String(error?.message), at: now() });
+    }
+    send({ t: 'released', w, ...hold, endAt: lostAt ?? now(), lost: lostAt !== undefined, ...extra, at: now() });
+    try {
+      await lease.release();
+      send({ t: 'release-done', w, holdId: hold.holdId, at: now() });
+    } catch (error) {
+      send({ t: 'error', w, lock: 'kept', op: 'release', name: error?.name, reason: error?.reason ?? error?.codeName, message: String(error?.message), at: now() });
+    }
+    return hold;
+  }
+  async function keptPrepare(mode, path) {
+    if (mode === 'kept') {
+      const lock = new Mutex(engine, 'kept', path, { retainMs: 15_000 });
+      kept.set(path, { mode, lock });
+      const first = await keptHold('kept-a', path, lock.acquire({ waitMs: cfg.waitMs }));
+      const again = first && (await keptHold('kept-a', path, lock.acquire({ waitMs: 0 }))); // handed over: the node's watches are set
+      await connectedSession(connection).exists('/'); // every answer to what was sent so far has come
+      send({ t: 'kept', what: 'ready', mode, path, node: again?.path, reused: Boolean(again && again.path === first.path), at: now() });
+      return;
+    }
+    const lock = new Mutex(engine, 'kept-co', path, { coalesce: true });
+    const entry = { mode, lock };
+    kept.set(path, entry);
+    const letGo = new Promise((resolve) => (entry.letGo = resolve));
+    let ready;
+    const held = new Promise((resolve) => (ready = resolve));
+    void keptHold('kept-a', path, lock.acquire({ waitMs: cfg.waitMs }), async (hold) => {
+      ready(hold);
+      await Promise.race([letGo, sleep(60_000)]);
+    }).then((hold) => hold || ready(undefined));
+    const holder = await held;
+    if (holder) void keptHold('kept-b', path, lock.acquire({ waitMs: 60_000 }), () => sleep(200)); // queued locally behind the holder
+    await sleep(50);
+    await connectedSession(connection).exists('/');
+    send({ t: 'kept', what: 'ready', mode, path, node: holder?.path, holdId: holder?.holdId, at: now() });
+  }
+  function keptArm(path, moment) {
+    const entry = kept.get(path);
+    const act = () => {
+      send({ t: 'kept', what: 'acted', path, at: now() });
+      if (entry?.mode === 'kept') void keptHold('kept-a', path, entry.lock.acquire({ waitMs: 60_000 }), () => sleep(200));
+      else entry?.letGo?.();
+    };
+    connection.once('reconnected', () => (moment === 'handler' ? act() : setTimeout(act, 2)));
+    send({ t: 'kept', what: 'armed', path, at: now() });
+  }
+  async function keptOther(path) {
+    const release = new Promise((resolve) => (keptOtherRelease = resolve));
+    const lock = new Mutex(engine, 'kept-other', path, { coalesce: false });
+    await keptHold('kept-other', path, lock.acquire({ waitMs: 20_000 }), async (hold, signal) => {
+      send({ t: 'kept', what: 'other-held', path, holdId: hold.holdId, at: now() });
+      await Promise.race([release, whenAborted(signal), sleep(60_000)]);
+    });
+  }
   let faultKind;
   let go;
   let goReceived = false;
@@ -290,6 +393,14 @@ async function work() {
       void notifyWait();
     } else if (message.cmd === 'try-once-burst') {
       void tryOnceBurst(message.ms);
+    } else if (message.cmd === 'kept-prepare') {
+      void keptPrepare(message.mode, message.path);
+    } else if (message.cmd === 'kept-arm') {
+      keptArm(message.path, message.moment);
+    } else if (message.cmd === 'kept-other') {
+      void keptOther(message.path);
+    } else if (message.cmd === 'kept-other-release') {
+      keptOtherRelease?.();
     } else if (message.cmd === 'go') {
       goReceived = true;
       go?.();
