@@ -384,23 +384,45 @@ class PeerLinks {
     socket.on('close', () => link.sockets.delete(socket));
     // Isolated: the connection is there, and nothing ever comes through it (until rejoin()).
     if (this.silent(link)) return;
-    const port = this.targetPort(link);
-    if (port === undefined) return void socket.destroy();
-    const upstream = createConnection({ host: '127.0.0.1', port });
-    link.sockets.add(upstream);
-    upstream.on('error', () => undefined);
-    upstream.on('close', () => link.sockets.delete(upstream));
-    /** @type {[import('node:net').Socket, import('node:net').Socket][]} */
-    const pairs = [[socket, upstream], [upstream, socket]];
-    for (const [a, b] of pairs) {
-      a.on('data', (chunk) => {
-        if (!this.silent(link)) b.write(chunk);
+    // The connection is accepted before the target is reached, so a target that does not listen
+    // (yet) must not look like one that closed at once: a follower that reaches a new leader's
+    // quorum port a moment before it listens would give up and start another election (seconds,
+    // with its backoff). So the forwarder keeps trying for a while, holding what the peer sends.
+    /** @type {Buffer[]} */
+    const pending = [];
+    /** @type {import('node:net').Socket | undefined} */
+    let upstream;
+    socket.on('data', (chunk) => {
+      if (this.silent(link)) return;
+      if (upstream) upstream.write(chunk);
+      else pending.push(chunk);
+    });
+    // A close does not cross a silent link either: the other side stays open, hearing nothing.
+    socket.on('close', () => {
+      if (!this.silent(link)) upstream?.destroy();
+    });
+    const started = Date.now();
+    const attempt = () => {
+      if (socket.destroyed || this.silent(link)) return;
+      const attemptSocket = createConnection({ host: '127.0.0.1', port: this.targetPort(link) ?? 1 });
+      link.sockets.add(attemptSocket);
+      attemptSocket.on('error', () => undefined);
+      attemptSocket.once('connect', () => {
+        upstream = attemptSocket;
+        for (const chunk of pending.splice(0)) attemptSocket.write(chunk);
       });
-      // A close does not cross a silent link either: the other side stays open, hearing nothing.
-      a.on('close', () => {
-        if (!this.silent(link)) b.destroy();
+      attemptSocket.on('data', (chunk) => {
+        if (!this.silent(link)) socket.write(chunk);
       });
-    }
+      attemptSocket.on('close', () => {
+        link.sockets.delete(attemptSocket);
+        if (upstream !== attemptSocket) {
+          if (Date.now() - started < CONNECT_TRIES_MS) setTimeout(attempt, 50);
+          else socket.destroy();
+        } else if (!this.silent(link)) socket.destroy();
+      });
+    };
+    attempt();
   }
 
   /**
@@ -440,6 +462,9 @@ class PeerLinks {
     }
   }
 }
+
+/** How long a peer link keeps trying to reach a target that does not listen before it closes. */
+const CONNECT_TRIES_MS = 1000;
 
 /** The peer links of the ensembles this process started with `peerLinks: true`, by dir. @type {Map<string, PeerLinks>} */
 const PEER_LINKS = new Map();
