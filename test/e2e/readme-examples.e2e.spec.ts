@@ -6,21 +6,14 @@ import ts from 'typescript';
 
 /**
  * Every ```ts block of README.md must type-check against the built package (`npm test` builds
- * dist/ first), as a Nest user's project would compile it. Blocks are fragments: each becomes a
- * module that imports the names it mentions, plus a small prelude of names it uses undefined.
+ * dist/ first), as a Nest user's project would compile it. Each block becomes a module of its own
+ * and starts with its own imports (a reader copies it as it is); a small prelude declares the few
+ * names that fragments use undefined (the injected LockService, a signal, a DTO).
  */
 
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
-/** Where each exported name comes from; the package's own exports are read from its typings. */
 const packageEntryPoints = ['nestjs-zk-lock', 'nestjs-zk-lock/testing', 'nestjs-zk-lock/terminus', 'nestjs-zk-lock/metrics'];
-const otherModules: Record<string, string[]> = {
-  '@nestjs/common': ['Module', 'Injectable', 'Controller', 'Get', 'Post', 'Param', 'Body'],
-  '@nestjs/config': ['ConfigModule', 'ConfigService'],
-  '@nestjs/schedule': ['Cron', 'Interval'],
-  '@nestjs/testing': ['Test'],
-  rxjs: ['Observable'],
-};
 
 /** Names the fragments use without defining them (a global script, so every block sees them). */
 const prelude = `
@@ -76,31 +69,17 @@ function makeProject(): string {
   return dir;
 }
 
-/** Name -> module for every name the package's entry points export (the first entry point wins). */
-function packageExports(dir: string): { exports: Map<string, string>; program: ts.Program } {
+/** A program over the package's entry points: they must resolve (dist/ built), and it seeds the blocks' program. */
+function packageProgram(dir: string): ts.Program {
   const probe = join(dir, 'probe.ts');
   writeFileSync(probe, packageEntryPoints.map((entry, i) => `import * as entry${i} from '${entry}';`).join('\n'));
   const program = ts.createProgram([probe], compilerOptions);
   const checker = program.getTypeChecker();
-  const exports = new Map<string, string>();
   for (const statement of program.getSourceFile(probe)!.statements) {
     const specifier = (statement as ts.ImportDeclaration).moduleSpecifier as ts.StringLiteral;
-    const moduleSymbol = checker.getSymbolAtLocation(specifier);
-    if (!moduleSymbol) throw new Error(`${specifier.text} does not resolve: build the package first (npm run build)`);
-    for (const symbol of checker.getExportsOfModule(moduleSymbol)) {
-      if (!exports.has(symbol.name)) exports.set(symbol.name, specifier.text);
-    }
+    if (!checker.getSymbolAtLocation(specifier)) throw new Error(`${specifier.text} does not resolve: build the package first (npm run build)`);
   }
-  return { exports, program };
-}
-
-/** One line of imports for the exported names the block mentions, so block lines keep a fixed offset. */
-function importLine(code: string, exports: Map<string, string>): string {
-  const namesByModule = new Map<string, string[]>();
-  for (const [name, from] of exports) {
-    if (new RegExp(`\\b${name}\\b`).test(code)) namesByModule.set(from, [...(namesByModule.get(from) ?? []), name]);
-  }
-  return ['export {};', ...[...namesByModule].map(([from, names]) => `import { ${names.join(', ')} } from '${from}';`)].join(' ');
+  return program;
 }
 
 describe('README.md', () => {
@@ -114,14 +93,13 @@ describe('README.md', () => {
     const blocks = typeScriptBlocks(readFileSync(join(repoRoot, 'README.md'), 'utf8'));
     expect(blocks.length).toBeGreaterThan(0);
 
-    const { exports, program: probeProgram } = packageExports(dir);
-    for (const [from, names] of Object.entries(otherModules)) names.forEach((name) => exports.set(name, from));
+    const probeProgram = packageProgram(dir);
 
     const files = new Map<string, Block>();
     writeFileSync(join(dir, 'prelude.d.ts'), prelude);
     for (const block of blocks) {
       const file = join(dir, `readme-line-${block.firstLine}.ts`);
-      writeFileSync(file, `${importLine(block.code, exports)}\n${block.code}\n`);
+      writeFileSync(file, `${block.code}\nexport {};\n`);
       files.set(file, block);
     }
 
@@ -131,8 +109,7 @@ describe('README.md', () => {
       const block = diagnostic.file && files.get(diagnostic.file.fileName);
       if (!diagnostic.file || diagnostic.start === undefined) return `TS${diagnostic.code}: ${message}`;
       const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start);
-      // Line 0 of a block's file is the generated import line.
-      const where = block ? `README.md:${block.firstLine + line - 1}` : `${diagnostic.file.fileName}:${line + 1}`;
+      const where = block ? `README.md:${block.firstLine + line}` : `${diagnostic.file.fileName}:${line + 1}`;
       return `${where}: TS${diagnostic.code}: ${message}`;
     });
     expect(problems).toEqual([]);
