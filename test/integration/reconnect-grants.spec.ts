@@ -7,6 +7,7 @@
 // holder must have let go (release called) or lost its lease; a token granted after theirs is higher.
 import type { Lease } from '../../lib/core/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
+import { Leadership } from '../../lib/core/leadership.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
@@ -263,6 +264,39 @@ describe('a node of ours deleted while our link was down is never granted after 
           await expectNoOverlap(grant, other!);
         });
       }
+    });
+  });
+
+  describe.each(CUTS)('%s cut', (cut) => {
+    it("a leader whose node was deleted meanwhile has ended its term by the time 'reconnected' is emitted", async () => {
+      await withProxy(async (proxy) => {
+        const path = uniquePath('rg-leader');
+        const observer = await connect();
+        const a = await proxied(proxy);
+        const b = await engine();
+        const leader = new Leadership(a, path, path, { participantId: 'a' }).start();
+        const term = await within(leader.whenLeader(), 20_000, 'a leads');
+        const follower = new Leadership(b, path, path, { participantId: 'b' });
+        await untilWatching(term.path, a.connection.sessionId!);
+        await roundTrip(a);
+
+        let inHandler: { isLeader: boolean; aborted: boolean; followerLeads: boolean } | undefined;
+        await partition(
+          proxy,
+          a,
+          cut,
+          async () => {
+            await observer.session!.delete(term.path);
+            follower.start();
+            await within(follower.whenLeader(), 20_000, 'b leads');
+          },
+          () => (inHandler = { isLeader: leader.isLeader, aborted: term.signal.aborted, followerLeads: follower.isLeader }),
+          'in the reconnected handler',
+        );
+        expect(inHandler).toEqual({ isLeader: false, aborted: true, followerLeads: true });
+        expect(term.signal.reason).toMatchObject({ reason: 'node-deleted' });
+        await Promise.all([leader.close(), follower.close()]);
+      });
     });
   });
 });
