@@ -149,7 +149,8 @@ async function keptCase(foreign, path, mode, cut, moment, pick) {
       `A (${one.target}) ${mode === 'kept' ? `kept ${ready.node}${ready.reused ? '' : ' (NOT handed over)'}` : `held ${ready.node} with a local caller queued`}; ` +
       `${cut} cut ${one.cutMs} ms; foreign delete: ${one.deletion ?? 'not done'}; B (${one.other}) held after ${one.otherHeldMs ?? '-'} ms${one.stillHeldAtRestore ? '' : ' (NOT holding at the restore)'}; ` +
       `A acted ${one.actedMs ?? '- (no reconnected event)'} ms after the restore, granted after ${one.grantMs ?? '- (NOT granted)'} ms; ` +
-      `overlap with both signals live: ${one.overlapMs ?? '-'} ms; tokens A ${one.tokenA ?? '-'} vs B ${one.tokenB ?? '-'}${one.lowerToken ? ' (A LOWER)' : ''}`;
+      `overlap with both signals live: ${one.overlapMs ?? '-'} ms; tokens A ${one.tokenA ?? '-'} vs B ${one.tokenB ?? '-'}${one.lowerToken ? ' (A LOWER)' : ''}` +
+      `${one.grantAbortedAfterMs !== undefined ? `; A's signal aborted ${one.grantAbortedAfterMs} ms after its grant (${one.grantLostReason})` : ''}`;
     return one;
   } finally {
     if (!restored) for (const proxy of proxies) proxy.restore();
@@ -170,6 +171,8 @@ function judge(grant, other) {
     lowerToken: BigInt(grant.token) < BigInt(other.token),
     grantEnd: grant.end,
     grantLostReason: grant.lostReason,
+    /** How long after A's grant its own signal aborted (if it did before A let go): how long it would have held on a deleted node. */
+    grantAbortedAfterMs: grant.lostAt === undefined ? undefined : Math.round((grant.lostAt - grant.acquiredAt) * 10) / 10,
   };
 }
 
