@@ -286,6 +286,10 @@ async function work() {
    * Reports a hold of lock 'kept' on `lockPath` like holdOnce (acquired, lost, released,
    * release-done): `acquiring` settles with its lease; the holder reads and writes the store's
    * 'kept' counter at once (while its signal has not aborted), then runs `body`, then releases.
+   * @param {string} w
+   * @param {string} lockPath
+   * @param {Promise<any>} acquiring
+   * @param {(hold: any, signal: AbortSignal) => unknown} [body]
    */
   async function keptHold(w, lockPath, acquiring, body = () => undefined) {
     send({ t: 'acquiring', w, lock: 'kept', at: now() });

@@ -118,7 +118,7 @@ async function keptCase(foreign, path, mode, cut, moment, pick) {
     one.deletion = deletion?.outcome;
     if (mode === 'coalesced' && ready.holdId && holds.get(ready.holdId)) holds.get(ready.holdId).foreignDeleted = true;
     b.child.send({ cmd: 'kept-other', path });
-    const otherHeld = await reply('other-held', b, Math.max(500, (cut === 'silent' ? SILENT_MS : RESET_MS) - ms(cutAt, now()) - 100));
+    const otherHeld = await reply('other-held', b, Math.max(500, (cut === 'silent' ? SILENT_MS : RESET_MS) - (now() - cutAt) - 100));
     const other = otherHeld && holds.get(otherHeld.holdId);
     one.otherHeldMs = other ? ms(cutAt, other.acquiredAt) : undefined;
     await sleep(Math.max(0, cutAt + (cut === 'silent' ? SILENT_MS : RESET_MS) - now()));
@@ -134,8 +134,9 @@ async function keptCase(foreign, path, mode, cut, moment, pick) {
     if (acted) {
       await until(undefined, () => {
         if (grantOf()) return true;
-        const nodes = observer.snapshot ? [...observer.snapshot.nodes].filter(([p, s]) => p.startsWith(`${path}/`) && a.sessionId && s === sid(a.sessionId)) : [];
-        return (nodes.length > 0 && observer.snapshot.at > acted.at) || undefined;
+        const snapshot = observer.snapshot;
+        if (!snapshot || snapshot.at <= acted.at || !a.sessionId) return undefined;
+        return [...snapshot.nodes].some(([p, s]) => p.startsWith(`${path}/`) && s === sid(a.sessionId)) || undefined;
       }, 15_000);
     }
     b.child.send({ cmd: 'kept-other-release' });
