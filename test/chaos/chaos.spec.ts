@@ -94,6 +94,8 @@ const FAULTS = [
   "foreign client: set on every lock node, then delete the holder's node",
   'try-once acquires while cut off, then while silenced',
   'whole ensemble killed and restarted',
+  'follower cut off from the leader, its client port up, past session timeout',
+  'foreign delete of a kept / coalesced node during a partition, acquire at reconnect',
 ];
 
 let result: ChaosResult;
