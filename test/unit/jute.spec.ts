@@ -1,0 +1,173 @@
+import { JuteDecodeError, JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
+import {
+  decodeConnectResponse,
+  decodeReplyHeader,
+  decodeStat,
+  decodeWatcherEvent,
+  encodeConnectRequest,
+  encodeRequest,
+  hex64,
+  OpCode,
+  readAcl,
+  readMultiResults,
+  writeAcl,
+  writeMulti,
+} from '../../lib/core/zookeeper/records.js';
+
+/** The body of a frame the writer made (its length prefix checked and cut). */
+function body(frame: Buffer): JuteReader {
+  expect(frame.readInt32BE(0)).toBe(frame.length - 4);
+  return new JuteReader(frame, 4);
+}
+
+describe('jute', () => {
+  it('round-trips every primitive, null strings, buffers and vectors', () => {
+    const frame = new JuteWriter()
+      .int(-7)
+      .long(-(2n ** 63n))
+      .long(2n ** 62n + 5n)
+      .bool(true)
+      .bool(false)
+      .ustring('ünïcode/päth')
+      .ustring(null)
+      .buffer(Buffer.from([0, 255]))
+      .buffer(null)
+      .buffer(Buffer.alloc(0))
+      .vector(['a', 'bc'], (w, s) => w.ustring(s))
+      .vector(null, () => undefined)
+      .frame();
+    const r = body(frame);
+    expect(r.int()).toBe(-7);
+    expect(r.long()).toBe(-(2n ** 63n));
+    expect(r.long()).toBe(2n ** 62n + 5n);
+    expect([r.bool(), r.bool()]).toEqual([true, false]);
+    expect(r.ustring()).toBe('ünïcode/päth');
+    expect(r.ustring()).toBeNull();
+    expect(r.buffer()).toEqual(Buffer.from([0, 255]));
+    expect(r.buffer()).toBeNull();
+    expect(r.buffer()).toEqual(Buffer.alloc(0));
+    expect(r.vector((x) => x.string())).toEqual(['a', 'bc']);
+    expect(r.vector((x) => x.int())).toBeNull();
+    expect(r.remaining).toBe(0);
+  });
+
+  it('grows past its first buffer', () => {
+    const big = Buffer.alloc(100_000, 7);
+    const r = body(new JuteWriter().int(1).buffer(big).frame());
+    expect(r.int()).toBe(1);
+    expect(r.buffer()!.equals(big)).toBe(true);
+  });
+
+  it('refuses lengths that run past the frame, negative lengths, and truncated primitives', () => {
+    const cases: [string, Buffer, (r: JuteReader) => unknown][] = [
+      ['int', Buffer.from([0, 0, 1]), (r) => r.int()],
+      ['long', Buffer.alloc(7), (r) => r.long()],
+      ['boolean', Buffer.alloc(0), (r) => r.bool()],
+      ['string past its frame', new JuteWriter().int(10).frame().subarray(4), (r) => r.ustring()],
+      ['buffer past its frame', Buffer.concat([new JuteWriter().int(3).frame().subarray(4), Buffer.from('ab')]), (r) => r.buffer()],
+      ['negative string length', new JuteWriter().int(-2).frame().subarray(4), (r) => r.ustring()],
+      ['negative buffer length', new JuteWriter().int(-100).frame().subarray(4), (r) => r.buffer()],
+      ['huge vector count', new JuteWriter().int(0x7fffffff).frame().subarray(4), (r) => r.vector((x) => x.int())],
+      ['null where a path is required', new JuteWriter().int(-1).frame().subarray(4), (r) => r.string()],
+    ];
+    for (const [name, bytes, read] of cases) {
+      let thrown: unknown;
+      try {
+        read(new JuteReader(bytes));
+      } catch (error) {
+        thrown = error;
+      }
+      expect([name, thrown instanceof JuteDecodeError]).toEqual([name, true]);
+    }
+  });
+
+  it('reads only inside its window of a larger buffer', () => {
+    const bytes = new JuteWriter().int(1).int(2).frame();
+    const r = new JuteReader(bytes, 4, 8);
+    expect(r.int()).toBe(1);
+    expect(() => r.int()).toThrow(JuteDecodeError);
+  });
+});
+
+describe('records', () => {
+  it('encodes a ConnectRequest as 45 bytes: protocol 0, zxid, timeout, session, password, readOnly', () => {
+    const fresh = encodeConnectRequest({ lastZxidSeen: 0n, timeoutMs: 4000, sessionId: 0n, password: Buffer.alloc(0) });
+    expect(fresh.length).toBe(4 + 45);
+    const r = body(fresh);
+    expect([r.int(), r.long(), r.int(), r.long()]).toEqual([0, 0n, 4000, 0n]);
+    expect(r.buffer()).toEqual(Buffer.alloc(16));
+    expect(r.bool()).toBe(false);
+
+    const password = Buffer.alloc(16, 0xab);
+    const again = body(encodeConnectRequest({ lastZxidSeen: 0x1234n, timeoutMs: 5000, sessionId: 0x100000abcdn, password }));
+    expect([again.int(), again.long(), again.int(), again.long()]).toEqual([0, 0x1234n, 5000, 0x100000abcdn]);
+    expect(again.buffer()).toEqual(password);
+  });
+
+  it('decodes a ConnectResponse with or without the readOnly byte', () => {
+    const password = Buffer.alloc(16, 1);
+    const base = new JuteWriter().int(0).int(4000).long(0x18000001n).buffer(password);
+    for (const frame of [base.frame(), new JuteWriter().int(0).int(4000).long(0x18000001n).buffer(password).bool(false).frame()]) {
+      expect(decodeConnectResponse(frame.subarray(4))).toEqual({ timeoutMs: 4000, sessionId: 0x18000001n, password });
+    }
+    expect(() => decodeConnectResponse(Buffer.alloc(10))).toThrow(JuteDecodeError);
+  });
+
+  it('writes a request header, reads a reply header', () => {
+    const r = body(encodeRequest(7, OpCode.exists, (w) => w.ustring('/a').bool(true)));
+    expect([r.int(), r.int(), r.string(), r.bool()]).toEqual([7, OpCode.exists, '/a', true]);
+    const reply = new JuteReader(new JuteWriter().int(7).long(99n).int(-101).frame(), 4);
+    expect(decodeReplyHeader(reply)).toEqual({ xid: 7, zxid: 99n, err: -101 });
+  });
+
+  it('decodes a Stat (68 bytes) with the owner in unsigned hex', () => {
+    const frame = new JuteWriter()
+      .long(10n).long(11n).long(1_700_000_000_000n).long(1_700_000_000_500n)
+      .int(2).int(3).int(4).long(-(2n ** 63n)).int(5).int(6).long(12n)
+      .frame();
+    expect(frame.length).toBe(4 + 68);
+    const stat = decodeStat(body(frame));
+    expect(stat).toMatchObject({ czxid: 10, mzxid: 11, version: 2, cversion: 3, ephemeralOwner: '8000000000000000', dataLength: 5, numChildren: 6, pzxid: 12 });
+    expect(stat.ctime.getTime()).toBe(1_700_000_000_000);
+    expect(hex64(0n)).toBe('0');
+    expect(hex64(-1n)).toBe('ffffffffffffffff');
+  });
+
+  it('round-trips ACLs and decodes watch events', () => {
+    const acl = [{ perms: 31, scheme: 'world', id: 'anyone' }, { perms: 1, scheme: 'digest', id: 'a:b' }];
+    const w = new JuteWriter();
+    writeAcl(w, acl);
+    expect(readAcl(body(w.frame()))).toEqual(acl);
+    const event = new JuteWriter().int(3).int(3).ustring('/x').frame();
+    expect(decodeWatcherEvent(body(event))).toEqual({ type: 3, state: 3, path: '/x' });
+    expect(() => decodeWatcherEvent(body(new JuteWriter().int(3).int(3).int(-5).frame()))).toThrow(JuteDecodeError);
+  });
+
+  it('writes multi ops with headers and a terminator, createContainer for containers', () => {
+    const w = new JuteWriter();
+    writeMulti(w, [
+      { type: OpCode.create, path: '/c', data: Buffer.alloc(0), flags: 4, acl: [] },
+      { type: OpCode.delete, path: '/d', version: -1 },
+    ]);
+    const r = body(w.frame());
+    expect([r.int(), r.bool(), r.int(), r.string(), r.buffer()!.length, r.vector((x) => x.int()), r.int()]).toEqual([OpCode.createContainer, false, -1, '/c', 0, [], 4]);
+    expect([r.int(), r.bool(), r.int(), r.string(), r.int()]).toEqual([OpCode.delete, false, -1, '/d', -1]);
+    expect([r.int(), r.bool(), r.int()]).toEqual([-1, true, -1]);
+    expect(r.remaining).toBe(0);
+  });
+
+  it('reads multi results by their header type, failures as error results', () => {
+    const stat = (w: JuteWriter) => w.long(1n).long(1n).long(0n).long(0n).int(0).int(0).int(0).long(0n).int(0).int(0).long(1n);
+    const ok = new JuteWriter().int(1).bool(false).int(0).ustring('/a');
+    ok.int(15).bool(false).int(0).ustring('/b');
+    stat(ok);
+    ok.int(2).bool(false).int(0);
+    ok.int(-1).bool(true).int(-1);
+    expect(readMultiResults(body(ok.frame()))).toEqual([{ err: 0, path: '/a' }, { err: 0, path: '/b' }, { err: 0 }]);
+
+    const failed = new JuteWriter().int(-1).bool(false).int(0).int(0).int(-1).bool(false).int(-110).int(-110).int(-1).bool(false).int(-2).int(-2).int(-1).bool(true).int(-1);
+    expect(readMultiResults(body(failed.frame()))).toEqual([{ err: 0 }, { err: -110 }, { err: -2 }]);
+    expect(() => readMultiResults(body(new JuteWriter().int(99).bool(false).int(0).frame()))).toThrow(JuteDecodeError);
+    expect(() => readMultiResults(body(new JuteWriter().int(1).bool(false).int(0).frame()))).toThrow(JuteDecodeError);
+  });
+});
