@@ -17,9 +17,10 @@ import { zkConnectString } from '../support/helpers.js';
  * Chosen (from the first 300 seeds' schedules) so that together they draw every recipe, every
  * mutex option and every fault kind: 118 mutex with coalesce + retainMs + releaseInBackground +
  * leaseMs under cuts, slow replies, a stall and a shutdown; 148 read-write with downgrade and
- * leaseMs, killed sessions and a foreign delete; 255 a 3-permit semaphore (several permits at
+ * leaseMs, killed sessions and a foreign delete (failed on 2e2051d: a downgrade right after the
+ * write lease's leaseMs ran out took the writer's number and token); 255 a 3-permit semaphore (several permits at
  * once); 150 multi-lock (mutex + read half); 256 leader election with a killed session and a
- * deleted leader node; and two that failed on 2e2051d (before the reconnect and downgrade fixes):
+ * deleted leader node; and two more that failed on 2e2051d (before the reconnect and downgrade fixes):
  * 11 (a downgrade in a new session took the lost writer's number: a read token below the writers
  * granted since) and 22 (a coalesced multi-lock member handed over locally on a node of a session
  * killed 3.7 s before, with the lowest token). 7-15 s each.
