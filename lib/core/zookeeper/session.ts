@@ -1,0 +1,626 @@
+// WireZkSession: a ZooKeeper session over node:net in TypeScript (no native code), behind the same
+// ZkSession seam as the C client's NativeZkSession. Opt-in: `new ZkConnection(options, wireSessionFactory)`.
+import net from 'node:net';
+import { ZkCode, ZkError } from '../zk-error.js';
+import { ClientWatches, RequestClock, type WatchListener } from '../session-bookkeeping.js';
+import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
+import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../zk-session.js';
+import { Fifo } from './fifo.js';
+import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from './frames.js';
+import { Chroot, HostList, isValidPath, parseConnectString } from './hosts.js';
+import { JuteDecodeError, JuteReader, type JuteWriter } from './jute.js';
+import {
+  createOpFor,
+  decodeConnectResponse,
+  decodeReplyHeader,
+  decodeStat,
+  decodeWatcherEvent,
+  encodeConnectRequest,
+  encodeRequest,
+  hex64,
+  OpCode,
+  readAcl,
+  readMultiResults,
+  writeAcl,
+  writeCreate,
+  writeMulti,
+  Xid,
+  type MultiRequestOp,
+  type MultiResult,
+} from './records.js';
+import { ServerWatches } from './server-watches.js';
+
+export const wireSessionFactory: ZkSessionFactory = (init, events) => new WireZkSession(init, events);
+
+const OPEN_ACL: readonly ZkAcl[] = [{ perms: 31, scheme: 'world', id: 'anyone' }];
+/** Requests a follower forwards to the leader: only their answers move lastAnsweredSentAt (see NativeZkSession). */
+const VIA_LEADER = new Set(['create', 'delete', 'setData', 'setAcl', 'sync']);
+const MAX_IN_FLIGHT = 1000;
+const MIN_IN_FLIGHT = 64;
+const SEQUENTIAL_FLAG = 2;
+/** onClosed codes, as the C client's handle states. */
+const EXPIRED_STATE = -112;
+const AUTH_FAILED_STATE = -113;
+
+const EVENT_TYPES: Record<number, 'created' | 'deleted' | 'changed' | 'child'> = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
+
+type Done = (code: number, value?: unknown) => void;
+
+/** A request on the wire waiting for its reply (replies come in the order requests were sent). */
+interface AwaitedReply {
+  xid: number;
+  decode: (reader: JuteReader) => unknown;
+  done: Done;
+}
+
+type LinkState = 'connecting' | 'handshake' | 'connected' | 'closed';
+
+export class WireZkSession implements ZkSession {
+  private readonly hosts: HostList;
+  private readonly chroot: Chroot;
+  private readonly requestedTimeoutMs: number;
+  private sessionId = 0n;
+  private sessionPassword: Buffer = Buffer.alloc(16);
+  private negotiatedTimeoutMs: number | undefined;
+  /** The newest zxid a reply carried: sent on reconnect (a server behind it refuses us) and with SetWatches. */
+  private lastZxid = 0n;
+  private nextXid = 0;
+
+  private state: LinkState = 'connecting';
+  private socket: net.Socket | undefined;
+  private frames: FrameReader | undefined;
+  private readonly replies = new Fifo<AwaitedReply>();
+  /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
+  private authWaiters: ((code: number) => void)[] = [];
+  private pingsOutstanding = 0;
+  private setWatchesOutstanding = 0;
+  private attemptStartedAt = 0;
+  private lastSentAt = 0;
+  private lastReceivedAt = 0;
+  private connecting = false;
+  private everAttempted = false;
+  private readonly timer: NodeJS.Timeout;
+  /** Credentials the server accepted: sent again on every new link (auth is per connection). */
+  private readonly credentials: { scheme: string; auth: Buffer }[] = [];
+
+  private closed = false;
+  private abandoned = false;
+  private everConnected = false;
+  private readonly requests = new RequestClock();
+  private readonly watches = new ClientWatches();
+  private readonly serverWatches = new ServerWatches();
+  private readonly batcher: WriteBatcher;
+
+  constructor(
+    init: SessionInit,
+    private readonly events: SessionEvents,
+  ) {
+    const { hosts, chroot } = parseConnectString(init.connectString);
+    this.hosts = new HostList(hosts);
+    this.chroot = new Chroot(chroot);
+    this.requestedTimeoutMs = init.sessionTimeoutMs;
+    if (init.sessionId !== undefined) {
+      this.sessionId = BigInt(`0x${init.sessionId}`);
+      this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
+    }
+    const multi: MultiCall = (ops, cb) => this.sendMulti(ops, cb);
+    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
+    this.timer = setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
+    void this.connectNext();
+  }
+
+  get id(): string {
+    return hex64(this.sessionId);
+  }
+
+  get password(): string {
+    return this.sessionPassword.toString('hex').toUpperCase();
+  }
+
+  get timeoutMs(): number {
+    return this.negotiatedTimeoutMs ?? this.requestedTimeoutMs;
+  }
+
+  get isConnectedNatively(): boolean {
+    return this.state === 'connected';
+  }
+
+  get isClosed(): boolean {
+    return this.closed || this.abandoned;
+  }
+
+  get lastAnsweredSentAt(): number {
+    return this.requests.lastAnsweredSentAt;
+  }
+
+  unansweredForMs(): number {
+    return this.requests.unansweredForMs();
+  }
+
+  // ---- the link: connect, handshake, frames, liveness ----
+
+  /** No packet for this long on a live link: it is dead (half-open), drop it. */
+  private get readTimeoutMs(): number {
+    return (this.timeoutMs * 2) / 3;
+  }
+
+  /** TCP connect plus handshake, per host. */
+  private get connectTimeoutMs(): number {
+    return this.timeoutMs / this.hosts.size;
+  }
+
+  private async connectNext(): Promise<void> {
+    if (this.connecting || this.closed) return;
+    this.connecting = true;
+    try {
+      for (;;) {
+        const delay = this.everAttempted ? this.hosts.delayBeforeNextMs() : 0;
+        this.everAttempted = true;
+        if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay).unref());
+        if (this.closed) return;
+        try {
+          this.open(await this.hosts.next());
+          return;
+        } catch {
+          this.hosts.failed(); // the name did not resolve: the next host
+        }
+      }
+    } finally {
+      this.connecting = false;
+    }
+  }
+
+  private open(address: { host: string; port: number }): void {
+    if (this.closed) return;
+    const socket = net.connect({ host: address.host, port: address.port });
+    socket.setNoDelay(true);
+    this.socket = socket;
+    this.frames = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+    this.state = 'handshake';
+    this.attemptStartedAt = this.lastReceivedAt = performance.now();
+    socket.on('connect', () => {
+      if (socket !== this.socket) return;
+      // Nothing else goes out before the ConnectResponse (a write could provoke a reset that swallows an expiry reply).
+      this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
+    });
+    socket.on('data', (chunk: Buffer) => this.received(socket, chunk));
+    socket.on('error', () => undefined); // 'close' follows
+    socket.on('close', () => {
+      if (socket === this.socket) this.linkDown();
+    });
+  }
+
+  private write(frame: Buffer): void {
+    this.lastSentAt = performance.now();
+    this.socket?.write(frame);
+  }
+
+  private received(socket: net.Socket, chunk: Buffer): void {
+    if (socket !== this.socket) return;
+    this.lastReceivedAt = performance.now();
+    try {
+      for (const frame of this.frames!.push(chunk)) {
+        if (socket !== this.socket) return; // closed or dropped by what an earlier frame woke
+        this.handleFrame(frame);
+      }
+    } catch (error) {
+      if (!(error instanceof JuteDecodeError)) throw error;
+      // Out of sync with the server: nothing more on this link can be trusted.
+      if (socket === this.socket) this.linkDown();
+    }
+  }
+
+  private handleFrame(frame: Buffer): void {
+    if (this.state === 'handshake') return this.handshake(frame);
+    const reader = new JuteReader(frame);
+    const header = decodeReplyHeader(reader);
+    switch (header.xid) {
+      case Xid.notification: {
+        const event = decodeWatcherEvent(reader);
+        return this.deliverEvent(event.path, event.type);
+      }
+      case Xid.ping:
+        if (this.pingsOutstanding <= 0) throw new JuteDecodeError('a ping reply without a ping');
+        this.pingsOutstanding--;
+        return;
+      case Xid.setWatches:
+        if (this.setWatchesOutstanding <= 0) throw new JuteDecodeError('a SetWatches reply without a SetWatches');
+        this.setWatchesOutstanding--;
+        return;
+      case Xid.auth: {
+        const waiter = this.authWaiters.shift();
+        if (!waiter) throw new JuteDecodeError('an auth reply without an auth request');
+        waiter(header.err);
+        if (header.err === ZkCode.AUTHFAILED) this.endForGood(AUTH_FAILED_STATE, ZkCode.AUTHFAILED);
+        return;
+      }
+    }
+    const awaited = this.replies.peek();
+    if (!awaited || awaited.xid !== header.xid) throw new JuteDecodeError(`reply xid ${header.xid}, expected ${awaited?.xid ?? 'none'}`);
+    this.replies.shift();
+    if (header.zxid > 0n) this.lastZxid = header.zxid;
+    if (header.err !== ZkCode.OK) return awaited.done(header.err);
+    let value: unknown;
+    try {
+      value = awaited.decode(reader);
+    } catch (error) {
+      awaited.done(ZkCode.CONNECTIONLOSS);
+      throw error;
+    }
+    awaited.done(ZkCode.OK, value);
+  }
+
+  private handshake(frame: Buffer): void {
+    const response = decodeConnectResponse(frame);
+    if (response.timeoutMs <= 0) return this.endForGood(EXPIRED_STATE, ZkCode.SESSIONEXPIRED);
+    this.sessionId = response.sessionId;
+    this.sessionPassword = response.password;
+    this.negotiatedTimeoutMs = response.timeoutMs;
+    this.state = 'connected';
+    this.hosts.connected();
+    this.pingsOutstanding = 0;
+    this.setWatchesOutstanding = 0;
+    // What the server forgot with the old connection: auth, then the watches (with our lastZxid, so
+    // that what changed meanwhile fires now).
+    for (const { scheme, auth } of this.credentials) this.sendAuth(scheme, auth, () => undefined);
+    for (const setWatches of this.serverWatches.setWatchesFrames(this.lastZxid, (path) => this.chroot.toServer(path))) {
+      this.setWatchesOutstanding++;
+      this.write(setWatches);
+    }
+    if (this.closed) return; // a replayed auth cannot fail synchronously, but stay safe
+    // A new session's deadline may start now; a re-attached one's moves only with answers (see NativeZkSession).
+    if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
+    this.everConnected = true;
+    this.events.onConnected();
+  }
+
+  /** The link is gone (closed, timed out, out of sync): fail what waits on it, tell, reconnect. */
+  private linkDown(): void {
+    const socket = this.socket;
+    if (!socket) return;
+    this.socket = undefined;
+    this.frames = undefined;
+    socket.destroy();
+    const wasConnected = this.state === 'connected';
+    this.state = 'connecting';
+    this.hosts.failed();
+    this.failReplies(ZkCode.CONNECTIONLOSS);
+    if (wasConnected) this.events.onConnecting();
+    void this.connectNext();
+  }
+
+  private failReplies(code: number): void {
+    const waiters = this.authWaiters;
+    this.authWaiters = [];
+    this.pingsOutstanding = 0;
+    this.setWatchesOutstanding = 0;
+    for (const awaited of this.replies.drain()) awaited.done(code);
+    for (const waiter of waiters) waiter(code);
+  }
+
+  private tick(): void {
+    const now = performance.now();
+    if (this.state === 'handshake' && now - this.attemptStartedAt > this.connectTimeoutMs) return this.linkDown();
+    if (this.state !== 'connected') return;
+    if (now - this.lastReceivedAt > this.readTimeoutMs) return this.linkDown();
+    if (now - this.lastSentAt > this.readTimeoutMs / 3) {
+      this.pingsOutstanding++;
+      this.write(encodeRequest(Xid.ping, OpCode.ping));
+    }
+  }
+
+  /** Expired or auth failed: the handle is dead (a new session needs a new handle). */
+  private endForGood(stateCode: number, failCode: number): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.state = 'closed';
+    clearInterval(this.timer);
+    const socket = this.socket;
+    this.socket = undefined;
+    socket?.destroy();
+    this.failReplies(failCode);
+    this.batcher.failQueued(ZkCode.INVALIDSTATE);
+    this.dispatchBacklog();
+    this.watches.clear();
+    this.serverWatches.clear();
+    this.events.onClosed(stateCode);
+  }
+
+  abandon(): void {
+    this.abandoned = true;
+    this.batcher.failQueued(ZkCode.SESSIONEXPIRED);
+  }
+
+  /** Ends the session: closeSession goes out, and the socket is left to the server to close (never waited for). */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const wasConnected = this.state === 'connected';
+    this.state = 'closed';
+    clearInterval(this.timer);
+    const socket = this.socket;
+    this.socket = undefined;
+    if (socket && wasConnected) {
+      socket.write(encodeRequest(++this.nextXid, OpCode.closeSession));
+      socket.unref();
+      setTimeout(() => socket.destroy(), 2000).unref();
+    } else {
+      socket?.destroy();
+    }
+    this.watches.clear();
+    this.serverWatches.clear();
+    this.failReplies(ZkCode.CLOSING);
+    this.batcher.failQueued(ZkCode.INVALIDSTATE);
+    this.dispatchBacklog();
+  }
+
+  /**
+   * Sends one request now, or returns the code it fails with at once (not connected, too large).
+   * `done` gets the reply's code and, on OK, what `decode` read from its body.
+   */
+  private submit(type: number, body: (writer: JuteWriter) => void, decode: (reader: JuteReader) => unknown, done: Done): number {
+    if (this.state !== 'connected' || !this.socket) return ZkCode.CONNECTIONLOSS;
+    const xid = (this.nextXid = this.nextXid >= 0x7fffffff ? 1 : this.nextXid + 1);
+    const frame = encodeRequest(xid, type, body);
+    // The server would drop the connection over it, and a resend would do the same again.
+    if (frame.length - 4 > DEFAULT_MAX_FRAME_BYTES) return ZkCode.BADARGUMENTS;
+    this.write(frame);
+    this.replies.push({ xid, decode, done });
+    return ZkCode.OK;
+  }
+
+  private sendAuth(scheme: string, auth: Buffer, done: (code: number) => void): void {
+    this.authWaiters.push(done);
+    this.write(encodeRequest(Xid.auth, OpCode.auth, (w) => w.int(0).ustring(scheme).buffer(auth)));
+  }
+
+  private deliverEvent(serverPath: string, typeCode: number): void {
+    const type = EVENT_TYPES[typeCode];
+    if (!type) return;
+    const path = this.chroot.fromServer(serverPath);
+    this.serverWatches.fired(type, path);
+    if (this.abandoned || this.closed) return;
+    for (const listener of this.watches.take(type, path)) {
+      try {
+        listener({ type, path });
+      } catch (error) {
+        // The listener's own bug: surface it as uncaught, without breaking the frames after this one.
+        process.nextTick(() => {
+          throw error;
+        });
+      }
+    }
+  }
+
+  // ---- the ZkSession API ----
+
+  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[], options?: WriteOptions): Promise<string> {
+    const valid = isValidPath(path, (mode & SEQUENTIAL_FLAG) !== 0);
+    const write: MultiOp | undefined =
+      options?.batchable && valid ? { type: MultiOpType.CREATE, path, data, flags: mode, acl: acl?.map((a) => ({ perm: a.perms, scheme: a.scheme, auth: a.id })) } : undefined;
+    return this.call('create', path, valid, (done) =>
+      this.submit(
+        createOpFor(mode),
+        (w) => writeCreate(w, this.chroot.toServer(path), data, acl ?? OPEN_ACL, mode),
+        (r) => this.chroot.fromServer(r.string()), // createContainer's Stat follows: not needed
+        done,
+      ),
+      { write },
+    );
+  }
+
+  getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
+    return this.call(
+      'getChildren',
+      path,
+      isValidPath(path, false),
+      (done) =>
+        this.submit(
+          OpCode.getChildren2,
+          (w) => w.ustring(this.chroot.toServer(path)).bool(watch !== undefined),
+          (r) => ({ children: r.vector((x) => x.string()) ?? [], stat: decodeStat(r) }),
+          this.arming(watch && 'child', path, done),
+        ),
+      { read: true, watch: watch && { kind: 'child', listener: watch } },
+    );
+  }
+
+  getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
+    return this.call(
+      'getData',
+      path,
+      isValidPath(path, false),
+      (done) =>
+        this.submit(
+          OpCode.getData,
+          (w) => w.ustring(this.chroot.toServer(path)).bool(watch !== undefined),
+          (r) => ({ data: r.buffer() ?? Buffer.alloc(0), stat: decodeStat(r) }),
+          this.arming(watch && 'data', path, done),
+        ),
+      { read: true, watch: watch && { kind: 'data', listener: watch } },
+    );
+  }
+
+  /** Resolves null when the node does not exist (the watch then fires on its creation). */
+  exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
+    return this.call<ZkStat | null>(
+      'exists',
+      path,
+      isValidPath(path, false),
+      (done) =>
+        this.submit(
+          OpCode.exists,
+          (w) => w.ustring(this.chroot.toServer(path)).bool(watch !== undefined),
+          (r) => decodeStat(r),
+          (code, value) => {
+            if (watch && code === ZkCode.OK) this.serverWatches.armed('data', path);
+            if (watch && code === ZkCode.NONODE) this.serverWatches.armed('exist', path);
+            done(code === ZkCode.NONODE ? ZkCode.OK : code, code === ZkCode.NONODE ? null : value);
+          },
+        ),
+      { read: true, watch: watch && { kind: 'data', listener: watch } },
+    );
+  }
+
+  setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
+    return this.call('setData', path, isValidPath(path, false), (done) =>
+      this.submit(OpCode.setData, (w) => w.ustring(this.chroot.toServer(path)).buffer(data).int(version), (r) => decodeStat(r), done),
+    );
+  }
+
+  delete(path: string, version = -1, options?: WriteOptions): Promise<void> {
+    const valid = isValidPath(path, false);
+    const write: MultiOp | undefined = options?.batchable && valid ? { type: MultiOpType.DELETE, path, version } : undefined;
+    return this.call('delete', path, valid, (done) =>
+      this.submit(OpCode.delete, (w) => w.ustring(this.chroot.toServer(path)).int(version), () => undefined, done),
+      { write },
+    );
+  }
+
+  /** The connection's heartbeat: past the backlog (see NativeZkSession.sync). */
+  sync(path: string): Promise<void> {
+    return this.call('sync', path, isValidPath(path, false), (done) =>
+      this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), () => undefined, done),
+      { urgent: true },
+    );
+  }
+
+  setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
+    return this.call('setAcl', path, isValidPath(path, false), (done) =>
+      this.submit(
+        OpCode.setACL,
+        (w) => {
+          w.ustring(this.chroot.toServer(path));
+          writeAcl(w, acl);
+          w.int(version);
+        },
+        () => undefined,
+        done,
+      ),
+    );
+  }
+
+  getAcl(path: string): Promise<ZkAcl[]> {
+    return this.call('getAcl', path, isValidPath(path, false), (done) =>
+      this.submit(OpCode.getACL, (w) => w.ustring(this.chroot.toServer(path)), (r) => readAcl(r), done),
+    );
+  }
+
+  /** The credentials never go into an error: only the scheme does. Kept (and sent on every reconnect) once accepted. */
+  addAuth(scheme: string, credentials: string): Promise<void> {
+    const auth = Buffer.from(credentials);
+    return this.call('addAuth', scheme, true, (done) => {
+      if (this.state !== 'connected') return ZkCode.CONNECTIONLOSS;
+      this.sendAuth(scheme, auth, (code) => {
+        if (code === ZkCode.OK && !this.credentials.some((c) => c.scheme === scheme && c.auth.equals(auth))) this.credentials.push({ scheme, auth });
+        done(code);
+      });
+      return ZkCode.OK;
+    });
+  }
+
+  unwatch(path: string, listener: WatchListener): void {
+    this.watches.remove(path, listener);
+  }
+
+  /** Records, on a watching read's success, that the server now holds that watch (to re-send it after a reconnect). */
+  private arming(kind: 'data' | 'child' | undefined, path: string, done: Done): Done {
+    if (!kind) return done;
+    return (code, value) => {
+      if (code === ZkCode.OK) this.serverWatches.armed(kind, path);
+      done(code, value);
+    };
+  }
+
+  /** The write batcher's multi: creates and deletes in one transaction (op 14). */
+  private sendMulti(ops: MultiOp[], cb: (rc: number, err: string, results: { rc: number; path?: string }[]) => void): number {
+    const requestOps: MultiRequestOp[] = ops.map((op) =>
+      op.type === MultiOpType.CREATE
+        ? {
+            type: OpCode.create,
+            path: this.chroot.toServer(op.path),
+            data: op.data,
+            flags: op.flags,
+            acl: op.acl ? op.acl.map((a) => ({ perms: a.perm, scheme: a.scheme, id: a.auth })) : OPEN_ACL,
+          }
+        : { type: OpCode.delete, path: this.chroot.toServer(op.path), version: op.version },
+    );
+    return this.submit(
+      OpCode.multi,
+      (w) => writeMulti(w, requestOps),
+      (r) => readMultiResults(r),
+      (code, value) => {
+        if (code !== ZkCode.OK) return cb(code, '', []);
+        const results = (value as MultiResult[]).map((r) => ({ rc: r.err, path: r.path === undefined ? undefined : this.chroot.fromServer(r.path) }));
+        // The transaction's outcome: the op that failed (ZooKeeper's header says OK either way).
+        const failed = results.find((r) => r.rc !== ZkCode.OK && r.rc !== ZkCode.RUNTIMEINCONSISTENCY) ?? results.find((r) => r.rc !== ZkCode.OK);
+        cb(failed?.rc ?? ZkCode.OK, '', results);
+      },
+    );
+  }
+
+  // ---- requests: the in-flight window and backlog, as NativeZkSession keeps them ----
+
+  private inFlight = 0;
+  private readonly backlog = new Fifo<() => void>();
+  private window = MIN_IN_FLIGHT;
+  private draining = false;
+
+  private adaptWindow(roundTripMs: number): void {
+    const timeoutMs = this.timeoutMs;
+    if (roundTripMs < timeoutMs / 16) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
+    else if (roundTripMs > timeoutMs / 8) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
+  }
+
+  /**
+   * `valid`: the path passed the client's check (else BADARGUMENTS, never sent). `read`, `write`,
+   * `watch`, `urgent`: as in NativeZkSession.call.
+   */
+  private call<T>(
+    operation: string,
+    path: string,
+    valid: boolean,
+    send: (done: Done) => number,
+    { read, write, watch, urgent }: { read?: boolean; write?: MultiOp; watch?: { kind: 'data' | 'child'; listener: WatchListener }; urgent?: boolean } = {},
+  ): Promise<T> {
+    const drop = watch && valid && !this.isClosed ? this.watches.add(watch.kind, path, watch.listener) : undefined;
+    return new Promise<T>((resolve, reject) => {
+      const dispatch = () => {
+        if (this.closed || this.abandoned) {
+          drop?.();
+          reject(new ZkError(this.closed ? ZkCode.INVALIDSTATE : ZkCode.SESSIONEXPIRED, operation, path));
+          return;
+        }
+        this.inFlight++;
+        const answered = this.requests.sent(VIA_LEADER.has(operation));
+        const sentAt = performance.now();
+        let settled = false;
+        const done = (code: number, value?: unknown) => {
+          if (settled) return;
+          settled = true;
+          this.inFlight--;
+          if (code !== ZkCode.OK) drop?.();
+          if (answered(code)) this.adaptWindow(performance.now() - sentAt);
+          if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
+          else if (code === ZkCode.OK) resolve(value as T);
+          else reject(new ZkError(code, operation, path));
+          this.dispatchBacklog();
+        };
+        const request: QueuedRequest = { send: valid ? send : () => ZkCode.BADARGUMENTS, write, reads: read ? path : undefined, done };
+        this.batcher.submit(request);
+      };
+      if (!urgent && (this.backlog.size > 0 || this.inFlight >= this.window)) this.backlog.push(dispatch);
+      else dispatch();
+    });
+  }
+
+  private dispatchBacklog(): void {
+    if (this.draining) return;
+    this.draining = true;
+    try {
+      while (this.backlog.size > 0 && (this.closed || this.abandoned || this.inFlight < this.window)) this.backlog.shift()!();
+    } finally {
+      this.draining = false;
+    }
+  }
+}
