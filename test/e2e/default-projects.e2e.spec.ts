@@ -3,61 +3,90 @@ import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { stripVTControlCharacters } from 'node:util';
 import { zkConnectString } from '../support/helpers.js';
 
-// A default Nest 11 project (CommonJS, ts-jest, both tsconfigs `nest new` has written) and a Nest 12
-// ES module project, each in a folder of its own, installing the packed package as a user would
-// (from the npm registry, with their own Nest, Jest and TypeScript). `npm test` builds dist first.
+// Nest projects, each in a folder of its own, installing the packed package as a user would (from
+// the npm registry, with their own Nest, @nestjs/schedule, test runner and TypeScript):
+// - nest11-cjs: a default Nest 11 project (CommonJS, ts-jest, TypeScript 5.7, both tsconfigs
+//   `nest new` has written) with @nestjs/schedule 6 (12 is ES-module-only: Jest's CommonJS
+//   runtime cannot load it);
+// - nest12-esm: a Nest 12 ES module project on Jest (ts-jest in ESM mode, TypeScript 5.9);
+// - nest12-vitest: a Nest 12 project as `nest new` (@nestjs/cli 12) makes it by default: ES
+//   modules, TypeScript 6, Vitest 4 (on Vite 8, whose Oxc transform emits decorator metadata).
+// Each has a @Cron job under @WithLock and an @Interval job under @OnlyLeader (@nestjs/schedule 12
+// with Nest 12), checked in its own test runner, over nestjs-zk-lock/testing and over ZooKeeper.
+// The projects install concurrently (mostly network and disk); `npm test` builds dist first.
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const consumers = join(root, 'test/consumers');
 
 function run(command: string, args: string[], cwd: string, env: NodeJS.ProcessEnv = {}): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(command, args, { cwd, env: { ...process.env, ...env }, timeout: 240_000, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
+    execFile(command, args, { cwd, env: { ...process.env, ...env }, timeout: 300_000, maxBuffer: 16 << 20 }, (error, stdout, stderr) => {
       if (error) reject(new Error(`${command} ${args.join(' ')} failed in ${cwd}:\n${stdout}\n${stderr}`));
-      else resolve(`${stdout}\n${stderr}`);
+      else resolve(stripVTControlCharacters(`${stdout}\n${stderr}`));
     });
   });
 }
 
+type Runner = 'jest' | 'vitest';
+const projects: [name: string, label: string, runner: Runner][] = [
+  ['nest11-cjs', 'a default Nest 11 project (CommonJS, ts-jest, @nestjs/schedule 6)', 'jest'],
+  ['nest12-esm', 'a Nest 12 ES module project on Jest (@nestjs/schedule 12)', 'jest'],
+  ['nest12-vitest', 'a Nest 12 project as nest new makes it (ES modules, TypeScript 6, Vitest)', 'vitest'],
+];
+
+/** The runner's summary line for `count` passed tests out of `count`. */
+function passed(runner: Runner, count: number): RegExp {
+  return runner === 'jest' ? new RegExp(`Tests:\\s+${count} passed, ${count} total`) : new RegExp(`Tests\\s+${count} passed \\(${count}\\)`);
+}
+
 let work: string;
-let tarball: string;
+const installed = new Map<string, Promise<string>>();
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'zk-lock-consumers-'));
   await run('npm', ['pack', '--ignore-scripts', '--pack-destination', work], root);
-  tarball = join(work, readdirSync(work).find((file) => file.endsWith('.tgz'))!);
+  const tarball = join(work, readdirSync(work).find((file) => file.endsWith('.tgz'))!);
+  for (const [name] of projects) {
+    const dir = join(work, name);
+    const install = (async () => {
+      cpSync(join(consumers, name), dir, { recursive: true });
+      await run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], dir);
+      // Without install scripts, as on a CI image without build tools: the addon is not compiled.
+      await run('npm', ['install', tarball, '--ignore-scripts', '--no-save', '--no-audit', '--no-fund'], dir);
+      return dir;
+    })();
+    install.catch(() => undefined); // awaited (and reported) by the project's own beforeAll
+    installed.set(name, install);
+  }
 }, 120_000);
-afterAll(() => rmSync(work, { recursive: true, force: true }));
+afterAll(async () => {
+  await Promise.allSettled(installed.values());
+  rmSync(work, { recursive: true, force: true });
+});
 
-describe.each([
-  ['nest11-cjs', 'a default Nest 11 project (CommonJS, ts-jest)'],
-  ['nest12-esm', 'a Nest 12 ES module project'],
-])('%s: %s', (name) => {
+describe.each(projects)('%s: %s', (name, _label, runner) => {
   let dir: string;
   beforeAll(async () => {
-    dir = join(work, name);
-    cpSync(join(consumers, name), dir, { recursive: true });
-    await run('npm', ['ci', '--ignore-scripts', '--no-audit', '--no-fund'], dir);
-    // Without install scripts, as on a CI image without build tools: the addon is not compiled.
-    await run('npm', ['install', tarball, '--ignore-scripts', '--no-save', '--no-audit', '--no-fund'], dir);
-  }, 300_000);
+    dir = await installed.get(name)!;
+  }, 600_000);
 
   it('type-checks against the package with its tsconfig(s)', async () => {
     await run('npm', ['run', 'typecheck'], dir);
   }, 120_000);
 
-  it('runs a unit test through nestjs-zk-lock/testing without the native addon', async () => {
+  it('runs unit tests through nestjs-zk-lock/testing without the native addon (a @Cron job under its lock)', async () => {
     expect(existsSync(join(dir, 'node_modules/zookeeper/build'))).toBe(false);
     const output = await run('npm', ['test'], dir);
-    expect(output).toMatch(/Tests:\s+2 passed, 2 total/);
-  }, 120_000);
+    expect(output).toMatch(passed(runner, 4));
+  }, 180_000);
 
-  it('runs an e2e test against ZooKeeper (HTTP and a TCP microservice)', async () => {
+  it('runs an e2e test against ZooKeeper (HTTP, a TCP microservice, @Cron under @WithLock, @Interval under @OnlyLeader)', async () => {
     // The addon as our own install compiled and patched it (the same zookeeper 7.3.0), instead of
     // compiling it again here for two minutes.
     rmSync(join(dir, 'node_modules/zookeeper'), { recursive: true, force: true });
     cpSync(join(root, 'node_modules/zookeeper'), join(dir, 'node_modules/zookeeper'), { recursive: true });
     const output = await run('npm', ['run', 'test:e2e'], dir, { ZK_CONNECT: zkConnectString() });
-    expect(output).toMatch(/Tests:\s+2 passed, 2 total/);
-  }, 120_000);
+    expect(output).toMatch(passed(runner, 3));
+  }, 180_000);
 });

@@ -1,9 +1,11 @@
 import { INestApplication } from '@nestjs/common';
 import { ClientProxyFactory, Transport, type ClientProxy } from '@nestjs/microservices';
 import { Test } from '@nestjs/testing';
+import { LockService } from 'nestjs-zk-lock';
 import { createServer } from 'node:net';
 import { firstValueFrom } from 'rxjs';
 import { AppModule } from '../src/app.module.js';
+import { SweepJob } from '../src/jobs/sweep.job.js';
 
 // Against a real ZooKeeper (ZK_CONNECT), over HTTP and the TCP microservice transport.
 const freePort = () =>
@@ -13,6 +15,10 @@ const freePort = () =>
       server.close(() => resolve(port));
     });
   });
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+async function until(check: () => boolean, ms = 10_000): Promise<void> {
+  for (const end = Date.now() + ms; !check(); await sleep(20)) if (Date.now() > end) throw new Error('timed out');
+}
 
 describe('AppModule (e2e, ZooKeeper)', () => {
   let app: INestApplication;
@@ -51,4 +57,18 @@ describe('AppModule (e2e, ZooKeeper)', () => {
     expect(busy).toMatchObject({ status: 'error', statusCode: 409, retryAfterSeconds: 1 });
     await expect(first).resolves.toBe('done');
   });
+
+  it('runs the @Cron job under its ZooKeeper lock (skipped while held elsewhere) and the @Interval job as leader', async () => {
+    const job = app.get(SweepJob);
+    await until(() => job.sweeps.length > 0 && job.reports.length > 0);
+    expect(job.sweeps[0]).toMatchObject({ name: 'jobs:sweep', path: expect.stringMatching(/\/_c_[0-9a-f-]{36}-lock-\d{10}$/) });
+    expect(job.reports[0]).toMatchObject({ name: 'jobs:report', path: expect.stringMatching(/-latch-\d{10}$/) });
+
+    const lease = await app.get(LockService).mutex('jobs:sweep').acquire({ waitMs: 5_000 });
+    const before = job.sweeps.length;
+    await sleep(2_100);
+    expect(job.sweeps.length).toBe(before);
+    await lease.release();
+    await until(() => job.sweeps.length > before, 5_000);
+  }, 30_000);
 });

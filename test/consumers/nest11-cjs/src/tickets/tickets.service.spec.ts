@@ -1,6 +1,7 @@
 import { Test } from '@nestjs/testing';
 import { LockNotAcquiredError } from 'nestjs-zk-lock';
 import { FakeLockService, ZkLockTestingModule } from 'nestjs-zk-lock/testing';
+import { TicketsController } from './tickets.controller';
 import { TicketsModule } from './tickets.module';
 import { TicketsService } from './tickets.service';
 
@@ -27,4 +28,10 @@ describe('TicketsService (unit, nestjs-zk-lock/testing)', () => {
     await moduleRef.close();
   });
 
+  it('is injected into the controller by its type (the test runner kept emitDecoratorMetadata)', async () => {
+    const moduleRef = await Test.createTestingModule({ imports: [ZkLockTestingModule.forRoot(), TicketsModule] }).compile();
+    await moduleRef.init();
+    await expect(moduleRef.get(TicketsController).sell('b')).resolves.toMatchObject({ sold: 1 });
+    await moduleRef.close();
+  });
 });
