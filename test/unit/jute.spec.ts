@@ -171,3 +171,34 @@ describe('records', () => {
     expect(() => readMultiResults(body(new JuteWriter().int(1).bool(false).int(0).frame()))).toThrow(JuteDecodeError);
   });
 });
+
+describe('SetWatches after a reconnect', () => {
+  it('splits the watches into frames under the batch size, every path once, in data/exist/child order', async () => {
+    const { ServerWatches } = await import('../../lib/core/zookeeper/server-watches.js');
+    const watches = new ServerWatches();
+    const name = (kind: string, i: number) => `/${kind}/${'x'.repeat(90)}-${i}`;
+    for (let i = 0; i < 2000; i++) {
+      watches.armed('data', name('d', i));
+      watches.armed('exist', name('e', i));
+      watches.armed('child', name('c', i));
+    }
+    watches.fired('changed', name('d', 0)); // consumed: not sent again
+    watches.fired('deleted', name('c', 1));
+    const frames = watches.setWatchesFrames(77n, (p) => `/root${p}`, 64 * 1024);
+    expect(frames.length).toBeGreaterThan(3);
+    const seen: Record<string, string[]> = { data: [], exist: [], child: [] };
+    for (const frame of frames) {
+      expect(frame.length).toBeLessThan(64 * 1024 + 200);
+      const r = body(frame);
+      expect([r.int(), r.int(), r.long()]).toEqual([-8, OpCode.setWatches, 77n]);
+      for (const kind of ['data', 'exist', 'child']) seen[kind]!.push(...r.vector((x) => x.string())!);
+      expect(r.remaining).toBe(0);
+    }
+    expect(seen.data).toHaveLength(1999);
+    expect(seen.exist).toHaveLength(2000);
+    expect(seen.child).toHaveLength(1999);
+    expect(seen.data).not.toContain(`/root${name('d', 0)}`);
+    expect(seen.child![0]).toBe(`/root${name('c', 0)}`);
+    expect(new ServerWatches().setWatchesFrames(1n, (p) => p)).toEqual([]);
+  });
+});

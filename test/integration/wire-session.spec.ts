@@ -1,0 +1,366 @@
+// WireZkSession (lib/core/zookeeper) on its own: against the real ZooKeeper for session behaviour,
+// and against a fake TCP server that completes the handshake and then sends bad bytes (the network
+// misbehaving, not ZooKeeper's semantics).
+import net from 'node:net';
+import { randomUUID } from 'node:crypto';
+import { ZkError } from '../../lib/core/zk-error.js';
+import { CreateMode, type SessionEvents, type ZkSession } from '../../lib/core/zk-session.js';
+import { FrameReader } from '../../lib/core/zookeeper/frames.js';
+import { JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
+import { WireZkSession } from '../../lib/core/zookeeper/session.js';
+import { eventually, zkConnectString } from '../support/helpers.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+
+const EMPTY = Buffer.alloc(0);
+
+/** SessionEvents that count what they were told. */
+function recordingEvents(): SessionEvents & { connected: number; connecting: number; closed: number[] } {
+  const events = {
+    connected: 0,
+    connecting: 0,
+    closed: [] as number[],
+    onConnected: () => void events.connected++,
+    onConnecting: () => void events.connecting++,
+    onClosed: (code: number) => void events.closed.push(code),
+  };
+  return events;
+}
+
+async function failure(promise: Promise<unknown>): Promise<ZkError> {
+  try {
+    await promise;
+  } catch (error) {
+    if (error instanceof ZkError) return error;
+    throw error;
+  }
+  throw new Error('expected a ZkError, but it resolved');
+}
+
+const opened: ZkSession[] = [];
+function open(connectString: string, sessionTimeoutMs = 4000, init: { sessionId?: string; sessionPassword?: string } = {}) {
+  const events = recordingEvents();
+  const session = new WireZkSession({ connectString, sessionTimeoutMs, ...init }, events);
+  opened.push(session);
+  return { session, events };
+}
+
+afterEach(() => {
+  for (const session of opened.splice(0)) session.close();
+});
+
+describe('WireZkSession against ZooKeeper', () => {
+  let base: string;
+  let admin: { session: WireZkSession };
+
+  beforeAll(async () => {
+    admin = open(zkConnectString());
+    opened.pop(); // kept for the whole describe (closed in afterAll)
+    await eventually(() => admin.session.isConnectedNatively, 10_000, 10);
+  });
+  afterAll(() => admin.session.close());
+  beforeEach(async () => {
+    await admin.session.create('/wire', EMPTY, CreateMode.PERSISTENT).catch(() => undefined);
+    base = `/wire/${randomUUID().slice(0, 8)}`;
+    await admin.session.create(base, EMPTY, CreateMode.PERSISTENT);
+  });
+
+  it('connects: a session id, its password, the negotiated timeout; onConnected once', async () => {
+    const { session, events } = open(zkConnectString(), 500); // under the server's minSessionTimeout (1000)
+    expect(session.id).toBe('0');
+    expect(session.timeoutMs).toBe(500);
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    expect(session.id).toMatch(/^[1-9a-f][0-9a-f]{13,15}$/);
+    expect(session.password).toMatch(/^[0-9A-F]{32}$/);
+    expect(session.timeoutMs).toBe(1000);
+    expect(events).toMatchObject({ connected: 1, connecting: 0, closed: [] });
+  });
+
+  it('tries the hosts of its list until one answers', async () => {
+    const dead = net.createServer();
+    await new Promise<void>((resolve) => dead.listen(0, '127.0.0.1', resolve));
+    const deadPort = (dead.address() as net.AddressInfo).port;
+    await new Promise<void>((resolve) => dead.close(() => resolve()));
+    const { session } = open(`127.0.0.1:${deadPort},${zkConnectString()},127.0.0.1:${deadPort}`);
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    expect(await session.exists('/')).not.toBeNull();
+  });
+
+  it('reports an expired session (re-attach to a closed one) with onClosed(-112), once', async () => {
+    const first = open(zkConnectString());
+    await eventually(() => first.session.isConnectedNatively, 10_000, 10);
+    const { id, password } = first.session;
+    first.session.close();
+    await new Promise((r) => setTimeout(r, 300));
+    const { session, events } = open(zkConnectString(), 4000, { sessionId: id, sessionPassword: password });
+    await eventually(() => events.closed.length > 0, 10_000, 10);
+    expect(events).toMatchObject({ connected: 0, closed: [-112] });
+    expect(session.isClosed).toBe(true);
+    expect((await failure(session.exists('/'))).codeName).toBe('INVALIDSTATE');
+  });
+
+  it('keeps paths under its chroot: outgoing prefixed, results and events stripped', async () => {
+    const { session } = open(`${zkConnectString()}${base}`);
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    expect(await session.create('/n-', Buffer.from('x'), CreateMode.PERSISTENT_SEQUENTIAL)).toBe('/n-0000000000');
+    expect(await session.create('/c', EMPTY, CreateMode.CONTAINER)).toBe('/c');
+    expect((await admin.session.getData(`${base}/n-0000000000`)).data.toString()).toBe('x');
+    expect((await session.getChildren('/')).children.sort()).toEqual(['c', 'n-0000000000']);
+    const events: { type: string; path: string }[] = [];
+    await session.getData('/n-0000000000', (e) => void events.push(e));
+    await session.getChildren('/', (e) => void events.push(e));
+    await admin.session.setData(`${base}/n-0000000000`, Buffer.from('y'));
+    await admin.session.create(`${base}/more`, EMPTY, CreateMode.PERSISTENT);
+    await session.exists('/');
+    expect(events).toEqual([
+      { type: 'changed', path: '/n-0000000000' },
+      { type: 'child', path: '/' },
+    ]);
+  });
+
+  it('moves lastAnsweredSentAt with writes and syncs only, and groups batchable writes in a multi', async () => {
+    const { session } = open(zkConnectString());
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    const start = session.lastAnsweredSentAt;
+    await new Promise((r) => setTimeout(r, 20));
+    await session.exists('/');
+    await session.getChildren('/');
+    expect(session.lastAnsweredSentAt).toBe(start);
+    await session.sync('/');
+    const synced = session.lastAnsweredSentAt;
+    expect(synced).toBeGreaterThan(start);
+    await session.create(`${base}/w`, EMPTY, CreateMode.PERSISTENT);
+    expect(session.lastAnsweredSentAt).toBeGreaterThan(synced);
+    expect(session.unansweredForMs()).toBe(0);
+
+    // Many batchable creates at once; one of them fails: its batch answers NOT_APPLIED for the others.
+    await session.create(`${base}/taken`, EMPTY, CreateMode.PERSISTENT);
+    const names = ['a', 'b', 'taken', 'c'];
+    const results = await Promise.allSettled(names.map((n) => session.create(`${base}/${n}`, EMPTY, CreateMode.PERSISTENT, undefined, { batchable: true })));
+    const codes = results.map((r) => (r.status === 'fulfilled' ? 'OK' : (r.reason as ZkError).codeName));
+    // Asked for in one turn, they went as one multi: all or none.
+    expect(codes).toEqual(['NOTAPPLIED', 'NOTAPPLIED', 'NODEEXISTS', 'NOTAPPLIED']);
+    expect(await session.exists(`${base}/a`)).toBeNull();
+    const parallel = await Promise.all([1, 2, 3, 4, 5].map((i) => session.create(`${base}/p${i}`, EMPTY, CreateMode.EPHEMERAL, undefined, { batchable: true })));
+    expect(parallel).toEqual([1, 2, 3, 4, 5].map((i) => `${base}/p${i}`));
+    await Promise.all(parallel.map((p) => session.delete(p, -1, { batchable: true })));
+    expect((await session.getChildren(base)).children.filter((c) => c.startsWith('p'))).toEqual([]);
+  });
+
+  it('drops a silent link after its read timeout, fails what waits with CONNECTIONLOSS, and re-attaches', async () => {
+    const proxy = await TcpProxy.start(zkConnectString());
+    try {
+      const { session, events } = open(proxy.connectString, 3000);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      const id = session.id;
+      proxy.blackhole();
+      const started = performance.now();
+      const waiting = failure(session.exists('/'));
+      await eventually(() => session.unansweredForMs() > 100, 5000, 10);
+      expect((await waiting).codeName).toBe('CONNECTIONLOSS');
+      const noticedAfter = performance.now() - started;
+      expect(noticedAfter).toBeGreaterThan(1500); // 2/3 of the 3 s timeout, less a tick
+      expect(noticedAfter).toBeLessThan(4000);
+      expect(events.connecting).toBe(1);
+      expect(session.isConnectedNatively).toBe(false);
+      proxy.restore();
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      expect(session.id).toBe(id);
+      expect(events).toMatchObject({ connected: 2, connecting: 1, closed: [] });
+      expect(await session.exists('/')).not.toBeNull();
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('keeps a quiet link alive with pings', async () => {
+    const { session, events } = open(zkConnectString(), 1000);
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(events).toMatchObject({ connected: 1, connecting: 0 });
+    expect(await session.exists('/')).not.toBeNull();
+  });
+
+  it('sends its watches again after a reconnect (several SetWatches), with what changed meanwhile firing', async () => {
+    const proxy = await TcpProxy.start(zkConnectString());
+    try {
+      const { session } = open(proxy.connectString, 10_000);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      // Long paths: over 128 KiB of watches, so they go in more than one SetWatches.
+      const long = `${base}/${'l'.repeat(200)}`;
+      await admin.session.create(long, EMPTY, CreateMode.PERSISTENT);
+      const paths = Array.from({ length: 900 }, (_, i) => `${long}/n${i}`);
+      await Promise.all(paths.map((p) => admin.session.create(p, EMPTY, CreateMode.PERSISTENT)));
+      const fired = new Map<string, string>();
+      await Promise.all(paths.map((p) => session.getData(p, (e) => void fired.set(e.path, e.type))));
+      const missing = `${base}/later`;
+      await session.exists(missing, (e) => void fired.set(e.path, e.type));
+
+      proxy.cut();
+      await eventually(() => !session.isConnectedNatively, 10_000, 10);
+      await admin.session.setData(paths[0]!, Buffer.from('x'));
+      await admin.session.delete(paths[899]!);
+      await admin.session.create(missing, EMPTY, CreateMode.PERSISTENT);
+      proxy.restore();
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      await session.sync('/');
+      expect(Object.fromEntries(fired)).toEqual({ [paths[0]!]: 'changed', [paths[899]!]: 'deleted', [missing]: 'created' });
+      // The others are armed again on the server.
+      await admin.session.setData(paths[450]!, Buffer.from('y'));
+      await session.exists('/');
+      expect(fired.get(paths[450]!)).toBe('changed');
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('sends its accepted credentials again on every new link', async () => {
+    const proxy = await TcpProxy.start(zkConnectString());
+    try {
+      const { session } = open(proxy.connectString, 10_000);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      await session.addAuth('digest', 'wire:secret');
+      const secret = `${base}/secret`;
+      await session.create(secret, Buffer.from('s'), CreateMode.PERSISTENT, [{ perms: 31, scheme: 'auth', id: '' }]);
+      expect((await failure(admin.session.getData(secret))).codeName).toBe('NOAUTH');
+      proxy.restore(); // drops the link
+      await eventually(() => !session.isConnectedNatively, 10_000, 1);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      expect((await session.getData(secret)).data.toString()).toBe('s');
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('answers AUTHFAILED to a bad auth and closes for good with onClosed(-113)', async () => {
+    const { session, events } = open(zkConnectString());
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    expect((await failure(session.addAuth('no-such-scheme', 'x'))).codeName).toBe('AUTHFAILED');
+    expect(events.closed).toEqual([-113]);
+    expect(session.isClosed).toBe(true);
+  });
+});
+
+/** What a misbehaving server does on its first connection after the handshake, given the client's requests so far. */
+type Misbehaviour = (socket: net.Socket, requests: { xid: number; type: number }[]) => void;
+
+const STAT = new JuteWriter().long(1n).long(1n).long(0n).long(0n).int(0).int(0).int(0).long(0n).int(0).int(0).long(1n).frame().subarray(4);
+
+function reply(xid: number, body: Buffer = EMPTY, err = 0): Buffer {
+  const header = new JuteWriter().int(xid).long(5n).int(err).frame().subarray(4);
+  return rawFrame(header.length + body.length, Buffer.concat([header, body]));
+}
+
+/** A raw length prefix and whatever bytes follow it. */
+function rawFrame(length: number, bytes: Buffer = EMPTY): Buffer {
+  const prefix = Buffer.alloc(4);
+  prefix.writeInt32BE(length);
+  return Buffer.concat([prefix, bytes]);
+}
+
+/**
+ * Completes the handshake, then on its first connection misbehaves once it has seen `wantRequests`
+ * requests; later connections answer every exists with a Stat (a healthy server).
+ */
+async function fakeServer(misbehave: Misbehaviour, wantRequests = 1): Promise<{ connectString: string; connections: number; close(): Promise<void> }> {
+  const state = { connections: 0 };
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((socket) => {
+    sockets.add(socket);
+    socket.on('close', () => sockets.delete(socket));
+    socket.on('error', () => undefined);
+    const connection = ++state.connections;
+    const frames = new FrameReader();
+    let handshaken = false;
+    const requests: { xid: number; type: number }[] = [];
+    socket.on('data', (chunk) => {
+      for (const frame of frames.push(chunk)) {
+        if (!handshaken) {
+          handshaken = true;
+          socket.write(new JuteWriter().int(0).int(3000).long(0x1234n).buffer(Buffer.alloc(16, 7)).bool(false).frame());
+          continue;
+        }
+        const r = new JuteReader(frame);
+        const request = { xid: r.int(), type: r.int() };
+        if (request.xid === -2) {
+          if (connection > 1) socket.write(reply(-2));
+          continue;
+        }
+        if (connection > 1) {
+          socket.write(reply(request.xid, STAT));
+          continue;
+        }
+        requests.push(request);
+        if (requests.length === wantRequests) misbehave(socket, requests);
+      }
+    });
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    connectString: `127.0.0.1:${port}`,
+    get connections() {
+      return state.connections;
+    },
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
+
+describe('WireZkSession against bad bytes from the network', () => {
+  const cases: [string, Misbehaviour, number?][] = [
+    ['a truncated frame, then a close', (s) => s.end(rawFrame(100, Buffer.alloc(10)))],
+    ['a truncated frame, then silence (read timeout)', (s) => s.write(rawFrame(100, Buffer.alloc(10)))],
+    ['a length over 1 MiB', (s) => s.write(rawFrame(0x100000, Buffer.alloc(64)))],
+    ['a negative length', (s) => s.write(rawFrame(-5, Buffer.alloc(64)))],
+    ['an unknown xid', (s) => s.write(reply(999, STAT))],
+    ['replies out of order', (s, requests) => s.write(Buffer.concat([reply(requests[1]!.xid, STAT), reply(requests[0]!.xid, STAT)])), 2],
+    ['a ping reply without a ping', (s) => s.write(reply(-2))],
+    ['a reply with its body cut short', (s, [request]) => s.write(reply(request!.xid, STAT.subarray(0, 30)))],
+    ['a string running past its frame', (s, [request]) => s.write(reply(request!.xid, new JuteWriter().int(500).frame().subarray(4)))],
+    ['a vector running past its frame', (s, [request]) => s.write(reply(request!.xid, new JuteWriter().int(1_000_000).int(1).frame().subarray(4)))],
+    ['a watch event with a negative path length', (s) => s.write(reply(-1, new JuteWriter().int(3).int(3).int(-7).frame().subarray(4)))],
+    ['garbage', (s) => s.write(Buffer.from('HTTP/1.1 400 Bad Request\r\n\r\n\u0000\u00ff garbage'))],
+  ];
+
+  it.each(cases)('%s: drops the link, fails the request with CONNECTIONLOSS, reconnects', async (_name, misbehave, requests = 1) => {
+    const server = await fakeServer(misbehave, requests);
+    try {
+      const { session, events } = open(server.connectString, 3000);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      expect(session.id).toBe('1234');
+      // The first one a getChildren (whose reply the string/vector cases corrupt), the rest exists.
+      const sent: Promise<unknown>[] = [session.getChildren('/a')];
+      for (let i = 1; i < requests; i++) sent.push(session.exists(`/b${i}`));
+      const outcomes = await Promise.allSettled(sent);
+      // Never a reply handed to the wrong request (or to any): all fail as connection errors.
+      for (const outcome of outcomes) {
+        expect(outcome.status).toBe('rejected');
+        expect((outcome as PromiseRejectedResult).reason).toBeInstanceOf(ZkError);
+        expect(((outcome as PromiseRejectedResult).reason as ZkError).codeName).toBe('CONNECTIONLOSS');
+      }
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      expect(server.connections).toBeGreaterThanOrEqual(2);
+      expect(events).toMatchObject({ connected: 2, connecting: 1, closed: [] });
+      expect(await session.exists('/fine')).toMatchObject({ czxid: 1, version: 0 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a server that closes before the handshake: tries again, never connected, never crashes', async () => {
+    const server = net.createServer((socket) => socket.destroy());
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      let accepted = 0;
+      server.on('connection', () => accepted++);
+      const { session, events } = open(`127.0.0.1:${(server.address() as net.AddressInfo).port}`, 3000);
+      await eventually(() => accepted >= 3, 10_000, 10);
+      expect(events).toMatchObject({ connected: 0, connecting: 0, closed: [] });
+      expect((await failure(session.exists('/'))).codeName).toBe('CONNECTIONLOSS');
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
