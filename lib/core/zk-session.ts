@@ -283,8 +283,8 @@ export class NativeZkSession implements ZkSession {
     }
     this.native.on('close', (_self: unknown, code: number) => {
       this.closed = true;
+      this.batcher.failQueued(ZkCode.INVALIDSTATE); // never sent
       this.failInFlight();
-      this.batcher.failQueued(ZkCode.INVALIDSTATE);
       this.dispatchBacklog();
       events.onClosed(typeof code === 'number' ? code : 0);
     });
@@ -331,8 +331,8 @@ export class NativeZkSession implements ZkSession {
     this.native.close();
     this.native.removeAllListeners();
     this.watches.clear();
+    this.batcher.failQueued(ZkCode.INVALIDSTATE); // never sent
     this.failInFlight();
-    this.batcher.failQueued(ZkCode.INVALIDSTATE);
     this.dispatchBacklog();
   }
 
