@@ -28,9 +28,25 @@ export class Cancellation {
     // disconnected, or still "connected" over a link that has not answered a request for half the
     // wait (the client notices a silent link only after 2/3 of the session timeout). A try-once
     // that got no answer within its bound met a link that does not answer.
-    const unreachable = () =>
-      connection.state !== 'connected' || (connection.session?.unansweredForMs() ?? 0) >= Math.min(UNANSWERED_MS, waitMs! / 2);
-    const onDeadline = () => this.settle({ reason: waitMs === 0 || unreachable() ? 'connection' : 'timeout' });
+    const bound = waitMs === undefined ? 0 : Math.min(UNANSWERED_MS, waitMs / 2);
+    const due = waitMs === undefined ? 0 : performance.now() + waitMs;
+    let recheck: NodeJS.Immediate | undefined;
+    const onDeadline = () => {
+      if (waitMs === 0 || connection.state !== 'connected') return this.settle({ reason: 'connection' });
+      if ((connection.session?.unansweredForMs() ?? 0) < bound) return this.settle({ reason: 'timeout' });
+      // A request looks unanswered, but timers run before the loop reads the socket: after our own
+      // process stalled (a busy or starved host: the timer itself fired late), the answers that came
+      // meanwhile are still unread. Decide once they are read (the poll phase runs before
+      // setImmediate), and do not count the stall, during which nothing could have been read, as
+      // the link's silence. Without this, waits that rode over a leader election were answered 503
+      // at their deadline on a loaded host, with ZooKeeper answering again.
+      const stalledMs = Math.max(0, performance.now() - due);
+      recheck = setImmediate(() => {
+        recheck = undefined;
+        const silentMs = (connection.session?.unansweredForMs() ?? 0) - stalledMs;
+        this.settle({ reason: connection.state !== 'connected' || silentMs >= bound ? 'connection' : 'timeout' });
+      });
+    };
     const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS);
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
     const offAbort = signal ? onAbortOf(signal, onAbort) : undefined;
@@ -39,6 +55,7 @@ export class Cancellation {
     const offDisconnect = waitMs === 0 ? engine.onDisconnect(() => this.settle({ reason: 'connection' })) : undefined;
     this.stopListening = () => {
       clearTimeout(timer);
+      if (recheck) clearImmediate(recheck);
       offAbort?.();
       offStop();
       offDisconnect?.();
