@@ -1,9 +1,12 @@
+import { createHash, randomUUID } from 'node:crypto';
+import diagnostics_channel from 'node:diagnostics_channel';
 import { InvalidOptionError } from './errors.js';
 import { isRevokeRequest, parseHolderData, type HolderInfo } from './holder-data.js';
-import { joinPath, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
+import { joinPath, parentOf, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
 import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 import type { ZkConnection } from './zk-connection.js';
-import type { ZkSession, ZkStat } from './zk-session.js';
+import { CreateMode, ZkPerm, type ZkAcl, type ZkSession, type ZkStat } from './zk-session.js';
+import { LockChannels } from './diagnostics.js';
 
 /**
  * What a lock node looks like from outside: `idle` is a lock path with nobody in it (its kind
@@ -365,4 +368,183 @@ async function readSemaphore(
     ...(permits === undefined ? {} : { permits }),
   };
   return info;
+}
+
+/** Why the session may not create under a base path: where, and the ACL found there. */
+export interface CreateDenied {
+  /** The base path, or its nearest existing ancestor when it does not exist yet. */
+  readonly path: string;
+  /** Its ACL, if this session may read it (digest ids read as `user:x` without ADMIN). */
+  readonly acl: readonly ZkAcl[] | undefined;
+}
+
+/** `user:base64(sha1(user:password))`: how ZooKeeper stores a digest identity in an ACL. */
+export function digestIdOf(credentials: string): string {
+  const user = credentials.slice(0, Math.max(0, credentials.indexOf(':')));
+  return `${user}:${createHash('sha1').update(credentials).digest('base64')}`;
+}
+
+/** `scheme:id:perms` as zkCli prints it (cdrwa). */
+export function formatAcl(acl: readonly ZkAcl[] | undefined): string {
+  if (acl === undefined) return '(not readable with these credentials)';
+  if (acl.length === 0) return '(empty)';
+  const letters: [number, string][] = [
+    [ZkPerm.CREATE, 'c'],
+    [ZkPerm.DELETE, 'd'],
+    [ZkPerm.READ, 'r'],
+    [ZkPerm.WRITE, 'w'],
+    [ZkPerm.ADMIN, 'a'],
+  ];
+  return acl.map((a) => `${a.scheme}:${a.id}:${letters.map(([bit, l]) => (a.perms & bit ? l : '')).join('') || '-'}`).join(', ');
+}
+
+/** The name of the ephemeral node checkCreateAccess creates and deletes at once. */
+export const ACCESS_PROBE_PREFIX = '.nestjs-zk-lock-access-probe-';
+
+/**
+ * Whether `session` (with its credentials) may create nodes under `basePath`: creates an
+ * ephemeral probe node in `basePath` (or in its nearest existing ancestor, where the library would
+ * create the missing parents) and deletes it again. The server judges, so every scheme counts (ip,
+ * sasl, x509, a super user). Not read-only, because reading the ACL cannot tell: without ADMIN on
+ * the node ZooKeeper masks digest ids (`alice:x`), so wrong and right passwords of a user read alike.
+ * Resolves with undefined when allowed, else with the path and the ACL that deny it.
+ * @publicApi
+ */
+export async function checkCreateAccess(session: ZkSession, basePath: string): Promise<CreateDenied | undefined> {
+  // A parent may vanish meanwhile (lock paths are containers, which the server reaps): walk again.
+  for (let attempt = 0; attempt < 5; attempt++) {
+    let path = basePath;
+    while (path !== '/' && (await session.exists(path)) === null) path = parentOf(path);
+    const probe = joinPath(path, `${ACCESS_PROBE_PREFIX}${randomUUID()}`);
+    try {
+      await session.create(probe, Buffer.alloc(0), CreateMode.EPHEMERAL);
+    } catch (error) {
+      if (isZkCode(error, ZkCode.NONODE)) continue;
+      if (isZkCode(error, ZkCode.NOAUTH)) return { path, acl: await readableAcl(session, path) };
+      throw error;
+    }
+    await session.delete(probe).catch(() => undefined); // may create, not delete: it goes with the session
+    return undefined;
+  }
+  return undefined; // the path keeps vanishing: not a question of credentials
+}
+
+/**
+ * The ACL of `path` if this session may read the node. getAcl only after a read succeeded: the
+ * addon crashes the process when getAcl fails (NONODE, NOAUTH: it frees the missing ACL).
+ */
+async function readableAcl(session: ZkSession, path: string): Promise<ZkAcl[] | undefined> {
+  try {
+    await session.getData(path);
+    return await session.getAcl(path);
+  } catch {
+    return undefined;
+  }
+}
+
+/** A holder left from before this process lost its session (see StaleHolderWatch). @publicApi */
+export interface StaleHolder {
+  /** The lock's path. */
+  readonly lockPath: string;
+  readonly node: string;
+  /** The session that owns the node, in hex. */
+  readonly sessionId: string;
+  readonly createdAt: Date;
+  readonly holder: Partial<HolderInfo>;
+}
+
+/** How many of the most recently used lock paths StaleHolderWatch looks at, and for how long. */
+const RECENT_PATHS = 100;
+const RECENT_MS = 10 * 60_000;
+
+/**
+ * After this process lost its session and opened a new one, finds holders of the locks it used
+ * recently that belong to another session and were created before the loss. Such a holder may be
+ * a session that died during the outage: a ZooKeeper server that restarts restores every session
+ * from its snapshot and log and gives each a fresh, full timeout, so the nodes of a session that
+ * died while the server was down stay for one more session timeout (that is, a lock looks held by
+ * nobody alive). It may also be a live process that kept its session: ZooKeeper cannot tell them
+ * apart from here. So these are reported only for twice this session's timeout after the new
+ * session connected; later, a session still holding is alive (the server would have expired it).
+ * Lock paths come from this process's acquires (the `nestjs-zk-lock:acquire-start` and
+ * `contended` diagnostics channels, under `basePath`) and from `extraPaths` (e.g. leader elections).
+ * @publicApi
+ */
+export class StaleHolderWatch {
+  private readonly recent = new Map<string, number>();
+  private lostAt: number | undefined;
+  private connectedAt: number | undefined;
+  private readonly stop: () => void;
+
+  constructor(
+    private readonly connection: ZkConnection,
+    basePath: string,
+  ) {
+    const note = (message: unknown) => {
+      const { lockPath, path } = (message ?? {}) as { lockPath?: string; path?: string };
+      const used = lockPath ?? path;
+      if (typeof used === 'string' && (basePath === '/' || used.startsWith(`${basePath}/`))) this.note(used);
+    };
+    diagnostics_channel.subscribe(LockChannels.acquireStart.name, note);
+    diagnostics_channel.subscribe(LockChannels.contended.name, note);
+    const stopListening = connection.listen({
+      lost: () => {
+        this.lostAt = Date.now(); // what was created before it by another session may be dead
+        this.connectedAt = undefined;
+      },
+      connected: () => {
+        if (this.lostAt !== undefined) this.connectedAt = Date.now();
+      },
+    });
+    this.stop = () => {
+      diagnostics_channel.unsubscribe(LockChannels.acquireStart.name, note);
+      diagnostics_channel.unsubscribe(LockChannels.contended.name, note);
+      stopListening();
+    };
+  }
+
+  /** Records that this process used the lock at `lockPath`. */
+  note(lockPath: string): void {
+    this.recent.delete(lockPath);
+    this.recent.set(lockPath, Date.now());
+    if (this.recent.size > RECENT_PATHS) this.recent.delete(this.recent.keys().next().value!);
+  }
+
+  /** When the session was lost (Date.now()), while the window after it is open. */
+  get since(): Date | undefined {
+    return this.windowOpen() ? new Date(this.lostAt!) : undefined;
+  }
+
+  private windowOpen(): boolean {
+    if (this.lostAt === undefined) return false;
+    if (this.connectedAt === undefined) return true;
+    if (Date.now() - this.connectedAt <= 2 * this.connection.sessionTimeoutMs) return true;
+    this.lostAt = this.connectedAt = undefined;
+    return false;
+  }
+
+  /** The suspicious holders now; empty outside the window after a loss (or while not connected). */
+  async staleHolders(extraPaths: Iterable<string> = [], signal?: AbortSignal): Promise<StaleHolder[]> {
+    if (!this.windowOpen() || this.connectedAt === undefined || this.connection.state !== 'connected') return [];
+    const lostAt = this.lostAt!;
+    const ours = this.connection.sessionId;
+    const now = Date.now();
+    const paths = new Set([...this.recent].filter(([, at]) => now - at <= RECENT_MS).map(([p]) => p));
+    for (const p of extraPaths) paths.add(p);
+    const found: StaleHolder[] = [];
+    await Promise.all(
+      [...paths].map(async (lockPath) => {
+        const info = await inspectLock(this.connection, lockPath, { signal }).catch(() => null);
+        for (const h of info?.holders ?? []) {
+          if (h.sessionId === '0' || h.sessionId === ours || h.createdAt.getTime() >= lostAt) continue;
+          found.push({ lockPath, node: h.node, sessionId: h.sessionId, createdAt: h.createdAt, holder: h.holder });
+        }
+      }),
+    );
+    return found.sort((a, b) => (a.lockPath < b.lockPath ? -1 : a.lockPath > b.lockPath ? 1 : 0));
+  }
+
+  close(): void {
+    this.stop();
+  }
 }

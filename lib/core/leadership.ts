@@ -6,7 +6,7 @@ import { REVOKE_MARKER } from './holder-data.js';
 import type { LockEngine } from './lock-engine.js';
 import { joinPath, sortChildren } from './lock-path.js';
 import { acquireInQueue, exclusiveVerdict, type QueueSpec } from './lock-queue.js';
-import { isZkCode, ZkCode } from './zk-error.js';
+import { isZkCode, ZkCode, ZkError } from './zk-error.js';
 
 /** @publicApi */
 export interface LeadershipOptions {
@@ -269,8 +269,9 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
         if (this.closed || this.engine.isShuttingDown || this.engine.connection.state === 'closed') break;
         // An error from the server (e.g. NOAUTH on the election's parent): say so once per kind,
         // and try again with a growing pause instead of spinning.
-        const problem = String(error);
-        if (problem !== lastProblem) this.engine.warn(`leader election ${JSON.stringify(this.name)} cannot queue (${problem}); retrying`);
+        // By kind (a ZooKeeper error's code): the message names the node tried, new at each attempt.
+        const problem = error instanceof ZkError ? `ZkError ${error.codeName}` : String(error);
+        if (problem !== lastProblem) this.engine.warn(`leader election ${JSON.stringify(this.name)} cannot queue (${String(error)}); retrying`);
         lastProblem = problem;
         await new Promise((resolve) => setTimeout(resolve, Math.min(5000, 100 * 2 ** failures++)).unref());
         continue;

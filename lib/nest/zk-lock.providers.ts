@@ -3,6 +3,7 @@ import { InvalidOptionError, ZkConnectError } from '../core/errors.js';
 import { validateParticipantId } from '../core/leadership.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
+import { checkCreateAccess, formatAcl, StaleHolderWatch } from '../core/inspect.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
@@ -23,25 +24,46 @@ function isExternal(options: ZkLockModuleOptions): options is ZkLockModuleOption
  */
 export class ModuleConnection implements BootstrapSession {
   private stopLog: () => void = () => undefined;
+  /** Holders left from before a session loss (health reports them). */
+  readonly staleHolders: StaleHolderWatch;
+  private accessDenied: ZkConnectError | undefined;
+  /** Whether the last access check got an answer (a dropped link leaves it open until the next connect). */
+  private accessChecked = false;
 
   private constructor(
     readonly connection: ZkConnection,
     /** Whether the module opened the connection (and so closes it). */
     private readonly owned: boolean,
-  ) {}
+    readonly basePath: string,
+  ) {
+    this.staleHolders = new StaleHolderWatch(connection, basePath);
+  }
+
+  /**
+   * Set while the configured credentials may not create under `basePath` (reason `auth-failed`):
+   * ZooKeeper accepts any digest credentials at connect, so the module checks the ACL itself.
+   */
+  get accessFailure(): ZkConnectError | undefined {
+    return this.accessDenied;
+  }
 
   static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
-    validateEngineOptions(options); // every option is checked before we try to connect
+    const basePath = validateEngineOptions(options); // every option is checked before we try to connect
     const { waitForConnection = true, participantId } = options;
     if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');
     if (participantId !== undefined) validateParticipantId(participantId);
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
     if (connection.state === 'closed') throw new InvalidOptionError('connection', 'is closed');
-    const opened = new ModuleConnection(connection, !isExternal(options));
+    const opened = new ModuleConnection(connection, !isExternal(options), basePath);
     opened.startLog(!waitForConnection);
-    if (connection.state !== 'connecting') return opened; // a connection passed in, already open
+    if (connection.state !== 'connecting') {
+      // A connection passed in, already open.
+      if (waitForConnection && connection.state === 'connected') await opened.failIfDenied();
+      else void opened.checkAccessInBackground();
+      return opened;
+    }
     const { description } = connection;
     const { connectTimeoutMs } = connection.options;
     if (!waitForConnection) {
@@ -57,7 +79,54 @@ export class ModuleConnection implements BootstrapSession {
       opened.close();
       throw error;
     }
+    await opened.failIfDenied();
     return opened;
+  }
+
+  /** Bootstrap: fails with ZkConnectError (auth-failed) if the credentials may not create under basePath. */
+  private async failIfDenied(): Promise<void> {
+    const denied = await this.checkAccess().catch(() => undefined); // no answer: checked again at the next connect
+    if (!denied) return;
+    this.close();
+    if (this.owned) await this.connection.close().catch(() => undefined);
+    throw denied;
+  }
+
+  /**
+   * Checks that the session may create under basePath (creates and deletes an ephemeral probe node
+   * in basePath or its nearest existing ancestor); resolves with the failure, if any. Rejects when
+   * ZooKeeper does not answer (the previous result stays).
+   */
+  async checkAccess(): Promise<ZkConnectError | undefined> {
+    const { connection, basePath } = this;
+    const session = connection.session;
+    if (connection.state !== 'connected' || !session) return this.accessDenied;
+    const { auth } = connection.options;
+    const denied = await checkCreateAccess(session, basePath);
+    this.accessChecked = true;
+    if (!denied) {
+      if (this.accessDenied) logger.log(`The credentials may now create under basePath ${basePath}`);
+      this.accessDenied = undefined;
+      return undefined;
+    }
+    const users = auth.map((a) => (a.scheme === 'digest' ? `digest user ${JSON.stringify(a.credentials.split(':')[0])}` : `scheme ${a.scheme}`));
+    const who = users.length === 0 ? 'this session has no credentials (auth) and' : `the configured credentials (${users.join(', ')})`;
+    const where = denied.path === basePath ? basePath : `${denied.path} (the nearest existing parent of basePath ${basePath})`;
+    const error = new ZkConnectError(
+      connection.description,
+      'auth-failed',
+      `${who} may not create under basePath ${basePath}: ZooKeeper refused to create a node in ${where}, whose ACL is ${formatAcl(denied.acl)}; ` +
+        `every lock would fail with NOAUTH. Fix the credentials, or the ACL (e.g. zkCli.sh setAcl ${denied.path} ...)`,
+    );
+    const changed = this.accessDenied?.message !== error.message;
+    this.accessDenied = error;
+    if (changed) logger.error(`${error.message}; lock calls fail until it is fixed`);
+    return error;
+  }
+
+  /** Runs the check, logging a failure (waitForConnection: false, and every new session). */
+  private async checkAccessInBackground(): Promise<void> {
+    await this.checkAccess().catch(() => undefined);
   }
 
   /** `inBackground`: nobody awaits the first connect, so a failure that closes it is logged here. */
@@ -72,11 +141,33 @@ export class ModuleConnection implements BootstrapSession {
     // Closed by itself before its first session (auth, chroot): in the background nobody else says so.
     const closed = () => inBackground && connection.failure && logger.error(`${connection.failure.message}; lock calls fail until the application restarts`);
     if (connection.state === 'connected' && connection.sessionId) connected(connection.sessionId);
-    this.stopLog = connection.listen({ connected, suspended, reconnected, lost, unreachable, closed });
+    // Each new session checks the credentials again (the first one also at bootstrap, unless in the background).
+    let first = !inBackground && connection.state === 'connecting';
+    const check = () => {
+      if (first) first = false;
+      else void this.checkAccessInBackground();
+    };
+    const recheck = () => !this.accessChecked && void this.checkAccessInBackground();
+    this.stopLog = connection.listen({
+      connected: (id) => {
+        connected(id);
+        this.accessChecked = false;
+        check();
+      },
+      suspended,
+      reconnected: (id) => {
+        reconnected(id);
+        recheck();
+      },
+      lost,
+      unreachable,
+      closed,
+    });
   }
 
   close(): void {
     this.stopLog();
+    this.staleHolders.close();
   }
 
   /** The application failed to start (Nest calls no shutdown hook then): let the session go. */

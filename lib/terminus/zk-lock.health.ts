@@ -3,6 +3,9 @@ import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/zk-connection.js';
+import type { StaleHolder } from '../core/inspect.js';
+import { ModuleConnection } from '../nest/zk-lock.providers.js';
+import { LeaderElections } from '../nest/leader-elections.js';
 
 /** @publicApi */
 export interface ZkLockHealthOptions {
@@ -17,6 +20,16 @@ export interface ZkLockHealthOptions {
    * which has no degraded status).
    */
   suspended?: 'up' | 'degraded' | 'down';
+  /**
+   * What a connected session reports while locks this application used recently are held by
+   * sessions from before its own session was lost (`staleHolders` in the details): after an outage
+   * longer than the session timeout, a restarted ZooKeeper keeps the nodes of sessions that died
+   * during it for one more session timeout, and those locks look taken. Such a holder may also be
+   * a live instance that kept its session; ZooKeeper cannot tell from here. Reported for up to
+   * twice the session timeout after the new session connected. Default `'degraded'` (`'down'` on
+   * Terminus 11).
+   */
+  staleHolders?: 'up' | 'degraded' | 'down';
   /** The connection to check, instead of the one of `ZkLockModule`. */
   connection?: ZkConnection;
 }
@@ -26,8 +39,10 @@ type Status = 'up' | 'degraded' | 'down';
 /**
  * Terminus health indicator for the lock module's ZooKeeper connection: up while connected (and,
  * by default, answering a ping in time), degraded while suspended, down while lost, connecting or
- * closed. The result carries `state`, `sessionId`, `server` (connect string and chroot, never
- * credentials), `sessionTimeoutMs`, `heldLocks` and the ping's `latencyMs`.
+ * closed, down with `reason: 'auth-failed'` while the configured credentials may not create under
+ * `basePath`, degraded while recently used locks are held by sessions from before a loss of ours
+ * (`staleHolders`, see the option). The result carries `state`, `sessionId`, `server` (connect
+ * string and chroot, never credentials), `sessionTimeoutMs`, `heldLocks` and the ping's `latencyMs`.
  *
  * ```ts
  * @Get('health') @HealthCheck()
@@ -52,6 +67,8 @@ export class ZkLockHealthIndicator {
       return session.down({ message: 'no ZkConnection: import ZkLockModule in the application, or pass { connection }' });
     }
     const engine = options.connection ? undefined : this.find(LockEngine);
+    const found = this.find(ModuleConnection as unknown as Type<ModuleConnection>);
+    const module = found?.connection === connection ? found : undefined;
     const state = connection.state;
     const data: Record<string, unknown> = {
       state,
@@ -78,12 +95,37 @@ export class ZkLockHealthIndicator {
       data.message = 'disconnected from ZooKeeper; the session may still be alive';
     } else {
       status = 'down';
+      if (connection.failure) data.reason = connection.failure.reason;
       data.message =
-        state === 'lost'
+        state === 'closed' && connection.failure
+          ? connection.failure.message
+          : state === 'lost'
           ? 'the ZooKeeper session was lost; a new one is being opened'
           : state === 'closed'
             ? 'the ZooKeeper connection is closed'
             : 'not connected to ZooKeeper yet';
+    }
+    if (module && status !== 'down') {
+      // Checked again while it fails, so that a fixed ACL shows at once.
+      const denied = module.accessFailure && state === 'connected' ? ((await this.within(module.checkAccess(), options.pingTimeoutMs ?? 2000)) ?? module.accessFailure) : module.accessFailure;
+      if (denied) {
+        status = 'down';
+        data.reason = denied.reason;
+        data.message = denied.message;
+      }
+    }
+    if (module && status === 'up' && module.staleHolders.since) {
+      const elections = this.find(LeaderElections);
+      const extra = elections ? [...elections.joined.values()].map((l) => l.path) : [];
+      const stale = await this.within(module.staleHolders.staleHolders(extra), options.pingTimeoutMs || 2000);
+      if (stale && stale.length > 0) {
+        status = options.staleHolders ?? 'degraded';
+        data.staleHolders = stale.map(describeStale);
+        data.message =
+          `${stale.length} lock(s) this application used are held by sessions from before its own session was lost ` +
+          `(${module.staleHolders.since.toISOString()}): they may have died during the outage, and a restarted ZooKeeper frees ` +
+          `their nodes only one session timeout after it restarted; until then these locks look taken`;
+      }
     }
     const payload = Object.fromEntries(Object.entries(data).filter(([, v]) => v !== undefined));
     if (status === 'degraded') {
@@ -114,6 +156,16 @@ export class ZkLockHealthIndicator {
     }
   }
 
+  /** `work`'s result, or undefined if it fails or takes longer than `ms`. */
+  private async within<T>(work: Promise<T>, ms: number): Promise<T | undefined> {
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      return await Promise.race([work.catch(() => undefined), new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), ms > 0 ? ms : 2000)))]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
   private find<T>(token: Type<T>): T | undefined {
     try {
       return this.moduleRef?.get(token, { strict: false });
@@ -121,4 +173,9 @@ export class ZkLockHealthIndicator {
       return undefined;
     }
   }
+}
+
+function describeStale(h: StaleHolder): Record<string, unknown> {
+  const { host, pid, app, instance } = h.holder;
+  return { lock: h.lockPath, node: h.node, sessionId: `0x${h.sessionId}`, createdAt: h.createdAt.toISOString(), host, pid, app, instance };
 }
