@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -16,6 +16,8 @@ import { zkConnectString } from '../support/helpers.js';
 //   modules, TypeScript 6, Vitest 4 (on Vite 8, whose Oxc transform emits decorator metadata).
 // Each has a @Cron job under @WithLock and an @Interval job under @OnlyLeader (@nestjs/schedule 12
 // with Nest 12), checked in its own test runner, over nestjs-zk-lock/testing and over ZooKeeper.
+// Then the Vitest project on Vite 7, as a project locked before Vite 8 has it: esbuild drops the
+// decorator metadata, and the README's unplugin-swc config brings it back.
 // The projects install concurrently (mostly network and disk); `npm test` builds dist first.
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const consumers = join(root, 'test/consumers');
@@ -42,11 +44,12 @@ function passed(runner: Runner, count: number): RegExp {
 }
 
 let work: string;
+let tarball: string;
 const installed = new Map<string, Promise<string>>();
 beforeAll(async () => {
   work = mkdtempSync(join(tmpdir(), 'zk-lock-consumers-'));
   await run('npm', ['pack', '--ignore-scripts', '--pack-destination', work], root);
-  const tarball = join(work, readdirSync(work).find((file) => file.endsWith('.tgz'))!);
+  tarball = join(work, readdirSync(work).find((file) => file.endsWith('.tgz'))!);
   for (const [name] of projects) {
     const dir = join(work, name);
     const install = (async () => {
@@ -89,4 +92,34 @@ describe.each(projects)('%s: %s', (name, _label, runner) => {
     const output = await run('npm', ['run', 'test:e2e'], dir, { ZK_CONNECT: zkConnectString() });
     expect(output).toMatch(passed(runner, 3));
   }, 180_000);
+});
+
+// Not what nest new writes: the README's fix for Vitest on Vite 7 or older, whose esbuild transform
+// does not emit decorator metadata (Nest then injects undefined into constructors).
+const swcVitestConfig = `import swc from 'unplugin-swc';
+import { defineConfig } from 'vitest/config';
+import tsconfigPaths from 'vite-tsconfig-paths';
+
+export default defineConfig({
+  plugins: [tsconfigPaths(), swc.vite({ module: { type: 'es6' } })],
+  test: {
+    globals: true,
+    root: './',
+    include: ['**/*.spec.ts'],
+  },
+});
+`;
+
+describe('nest12-vitest on Vite 7 (esbuild)', () => {
+  it('loses constructor injection without unplugin-swc and passes its unit tests with it', async () => {
+    const dir = await installed.get('nest12-vitest')!;
+    // --no-save drops what package.json does not list, so the packed package goes in again with them.
+    await run('npm', ['install', 'vite@^7', 'unplugin-swc@^2', '@swc/core@^1', tarball, '--ignore-scripts', '--no-save', '--no-audit', '--no-fund'], dir);
+    expect(await run('npx', ['vite', '--version'], dir)).toMatch(/vite\/7\./);
+    const without = await run('npm', ['test'], dir).catch((error: Error) => stripVTControlCharacters(error.message));
+    expect(without).toContain("TypeError: Cannot read properties of undefined (reading 'sell')");
+    expect(without).toMatch(/Tests\s+1 failed \| 3 passed \(4\)/);
+    writeFileSync(join(dir, 'vitest.config.swc.ts'), swcVitestConfig);
+    expect(await run('npx', ['vitest', 'run', '--config', './vitest.config.swc.ts'], dir)).toMatch(passed('vitest', 4));
+  }, 300_000);
 });

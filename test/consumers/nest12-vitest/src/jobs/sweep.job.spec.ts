@@ -2,6 +2,7 @@ import { ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { LockService } from 'nestjs-zk-lock';
 import { ZkLockTestingModule } from 'nestjs-zk-lock/testing';
+import { describe, expect, it } from 'vitest'; // optional: nest new's vitest.config.ts sets globals: true
 import { JobsModule } from './jobs.module.js';
 import { SweepJob } from './sweep.job.js';
 
