@@ -39,6 +39,10 @@ Options:
   --timeout <ms>              how long to try to connect (default 5000)
   --auth <user:password>      digest credentials (default: $ZK_AUTH)
   --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
+  --older-than <ms>           locks: mark holders whose node is older than this (SINCE*): after
+                              an outage longer than the session timeout, a restarted ZooKeeper
+                              keeps the nodes of sessions that died during it for one more
+                              session timeout; a client cannot see whether a session is alive
   -h, --help                  this help
   -v, --version               the package version
 
@@ -107,7 +111,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       return asked.every((h) => h.outcome === 'ignored') ? EXIT_NOT_REVOCABLE : 0;
     }
     const locks = await collect(connection, options);
-    io.out(options.json ? `${JSON.stringify(locks, null, 2)}\n` : formatTable(locks, options.path));
+    const { olderThanMs } = options;
+    io.out(options.json ? `${JSON.stringify(olderThanMs === undefined ? locks : markOlder(locks, olderThanMs), null, 2)}\n` : formatTable(locks, options.path, { olderThanMs }));
     return 0;
   } catch (error) {
     if (error instanceof ZkConnectError) {
@@ -148,6 +153,7 @@ function parse(argv: readonly string[]) {
       timeout: { type: 'string' },
       auth: { type: 'string' },
       wait: { type: 'string' },
+      'older-than': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
     },
@@ -165,6 +171,7 @@ interface Options {
   timeoutMs: number;
   auth: string | undefined;
   waitMs: number;
+  olderThanMs: number | undefined;
 }
 
 function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
@@ -194,6 +201,7 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     timeoutMs: integer(args.values.timeout, '--timeout', 5000, 1),
     auth: args.values.auth ?? (env.ZK_AUTH || undefined),
     waitMs: integer(args.values.wait, '--wait', 1000, 0),
+    olderThanMs: args.values['older-than'] === undefined ? undefined : integer(args.values['older-than'], '--older-than', 0, 0),
   };
 }
 
@@ -236,9 +244,26 @@ export function printable(text: string): string {
   });
 }
 
+/** `--older-than` in JSON: each holder gains `olderThan` (its node is older than the bound). */
+function markOlder(locks: readonly LockInfo[], olderThanMs: number) {
+  return locks.map((lock) => ({ ...lock, holders: lock.holders.map((h) => ({ ...h, olderThan: h.ageMs > olderThanMs })) }));
+}
+
+export interface FormatTableOptions {
+  /** Marks holders whose node is older than this (SINCE*), with a note below the table. */
+  olderThanMs?: number;
+}
+
 /** A readable table: one row per holder; a lock nobody holds yet (all waiting) gets one row. */
-export function formatTable(locks: readonly LockInfo[], root: string): string {
+export function formatTable(locks: readonly LockInfo[], root: string, options: FormatTableOptions = {}): string {
   if (locks.length === 0) return `No locks held under ${printable(root)}.\n`;
+  const { olderThanMs } = options;
+  let marked = 0;
+  const since = (holder: ContenderInfo) => {
+    const older = olderThanMs !== undefined && holder.ageMs > olderThanMs;
+    if (older) marked++;
+    return formatAge(holder.ageMs) + (older ? '*' : '');
+  };
   const header = ['LOCK', 'KIND', 'HOLDER', 'SESSION', 'SINCE', 'WAITING'];
   const rows: string[][] = [];
   for (const lock of locks) {
@@ -249,7 +274,7 @@ export function formatTable(locks: readonly LockInfo[], root: string): string {
         kindOf(lock, holder),
         holder ? describeHolder(holder) : '(none)',
         holder ? `0x${holder.sessionId}` : '',
-        holder ? formatAge(holder.ageMs) : '',
+        holder ? since(holder) : '',
         i === 0 ? String(lock.waiting.length) : '',
       ]);
     });
@@ -261,7 +286,18 @@ export function formatTable(locks: readonly LockInfo[], root: string): string {
       .map((cell, col) => (col === cells.length - 1 ? cell : cell.padEnd(widths[col]!)))
       .join('  ')
       .trimEnd();
-  return [line(header), ...rows.map(line)].join('\n') + '\n';
+  const table = [line(header), ...rows.map(line)].join('\n') + '\n';
+  if (olderThanMs === undefined) return table;
+  const bound = formatAge(olderThanMs);
+  return (
+    table +
+    (marked === 0
+      ? `\nNo holder is older than ${bound}.\n`
+      : `\n* held for more than ${bound} (${marked} holder${marked === 1 ? '' : 's'}). Its session may be dead: after an outage longer than the ` +
+        'session timeout, a restarted ZooKeeper restores every session with a fresh timeout, so the nodes of sessions that died ' +
+        'during the outage stay for one more session timeout. From here a live holder and such a node look alike (the session id ' +
+        'and the node age are all a client sees); the server frees the node by itself.\n')
+  );
 }
 
 function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
