@@ -120,14 +120,18 @@ describe('WireZkSession against ZooKeeper', () => {
   it('moves lastAnsweredSentAt with writes and syncs only, and groups batchable writes in a multi', async () => {
     const { session } = open(zkConnectString());
     await eventually(() => session.isConnectedNatively, 10_000, 10);
+    // An answer through the leader vouches for what this link sent up to a follower's report
+    // before it (RequestClock: about 1.1 s with the default tickTime and this 4 s timeout), hence the pauses.
     const start = session.lastAnsweredSentAt;
     await new Promise((r) => setTimeout(r, 20));
     await session.exists('/');
     await session.getChildren('/');
+    await new Promise((r) => setTimeout(r, 1300));
     expect(session.lastAnsweredSentAt).toBe(start);
     await session.sync('/');
     const synced = session.lastAnsweredSentAt;
     expect(synced).toBeGreaterThan(start);
+    await new Promise((r) => setTimeout(r, 1300));
     await session.create(`${base}/w`, EMPTY, CreateMode.PERSISTENT);
     expect(session.lastAnsweredSentAt).toBeGreaterThan(synced);
     expect(session.unansweredForMs()).toBe(0);
