@@ -191,8 +191,15 @@ export class WireZkSession implements ZkSession {
   }
 
   private write(frame: Buffer): void {
+    const socket = this.socket;
+    if (!socket) return;
     this.lastSentAt = performance.now();
-    this.socket?.write(frame);
+    // The requests of one turn go out together (one syscall, not one per request).
+    if (!socket.writableCorked) {
+      socket.cork();
+      process.nextTick(() => socket.uncork());
+    }
+    socket.write(frame);
   }
 
   private received(socket: net.Socket, chunk: Buffer): void {
@@ -300,13 +307,24 @@ export class WireZkSession implements ZkSession {
 
   private tick(): void {
     const now = performance.now();
-    if (this.state === 'handshake' && now - this.attemptStartedAt > this.connectTimeoutMs) return this.linkDown();
+    if (this.state === 'handshake' && now - this.attemptStartedAt > this.connectTimeoutMs) return this.dropIfStill(this.socket);
     if (this.state !== 'connected') return;
-    if (now - this.lastReceivedAt > this.readTimeoutMs) return this.linkDown();
+    if (now - this.lastReceivedAt > this.readTimeoutMs) return this.dropIfStill(this.socket);
     if (now - this.lastSentAt > this.readTimeoutMs / 3) {
       this.pingsOutstanding++;
       this.write(encodeRequest(Xid.ping, OpCode.ping));
     }
+  }
+
+  /**
+   * Timers run before the poll phase: after the event loop was blocked, bytes that arrived
+   * meanwhile are not read yet. Look again after the poll (setImmediate) before calling the link dead.
+   */
+  private dropIfStill(socket: net.Socket | undefined): void {
+    const lastReceivedAt = this.lastReceivedAt;
+    setImmediate(() => {
+      if (socket === this.socket && this.lastReceivedAt === lastReceivedAt) this.linkDown();
+    });
   }
 
   /** Expired or auth failed: the handle is dead (a new session needs a new handle). */
