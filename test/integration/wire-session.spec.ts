@@ -1,13 +1,18 @@
 // WireZkSession (lib/core/zookeeper) on its own: against the real ZooKeeper for session behaviour,
 // and against a fake TCP server that completes the handshake and then sends bad bytes (the network
 // misbehaving, not ZooKeeper's semantics).
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import tls from 'node:tls';
 import { randomUUID } from 'node:crypto';
 import { ZkError } from '../../lib/core/zk-error.js';
 import { CreateMode, type SessionEvents, type ZkSession } from '../../lib/core/zk-session.js';
 import { FrameReader } from '../../lib/core/zookeeper/frames.js';
 import { JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
-import { WireZkSession } from '../../lib/core/zookeeper/session.js';
+import { WireZkSession, wireSessionFactoryWith } from '../../lib/core/zookeeper/session.js';
 import { eventually, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -265,10 +270,14 @@ function rawFrame(length: number, bytes: Buffer = EMPTY): Buffer {
  * Completes the handshake, then on its first connection misbehaves once it has seen `wantRequests`
  * requests; later connections answer every exists with a Stat (a healthy server).
  */
-async function fakeServer(misbehave: Misbehaviour, wantRequests = 1): Promise<{ connectString: string; connections: number; close(): Promise<void> }> {
+async function fakeServer(
+  misbehave: Misbehaviour,
+  wantRequests = 1,
+  tlsOptions?: tls.TlsOptions,
+): Promise<{ server: net.Server; connectString: string; connections: number; close(): Promise<void> }> {
   const state = { connections: 0 };
   const sockets = new Set<net.Socket>();
-  const server = net.createServer((socket) => {
+  const handler = (socket: net.Socket) => {
     sockets.add(socket);
     socket.on('close', () => sockets.delete(socket));
     socket.on('error', () => undefined);
@@ -297,10 +306,12 @@ async function fakeServer(misbehave: Misbehaviour, wantRequests = 1): Promise<{ 
         if (requests.length === wantRequests) misbehave(socket, requests);
       }
     });
-  });
+  };
+  const server = tlsOptions ? tls.createServer(tlsOptions, handler) : net.createServer(handler);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as net.AddressInfo).port;
   return {
+    server,
     connectString: `127.0.0.1:${port}`,
     get connections() {
       return state.connections;
@@ -365,6 +376,56 @@ describe('WireZkSession against bad bytes from the network', () => {
       expect((await failure(session.exists('/'))).codeName).toBe('CONNECTIONLOSS');
     } finally {
       await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+});
+
+describe('WireZkSession over TLS', () => {
+  /** A throw-away CA and a server certificate for localhost and 127.0.0.1. */
+  function certificates(): { ca: Buffer; key: Buffer; cert: Buffer } {
+    const dir = mkdtempSync(join(tmpdir(), 'wire-tls-'));
+    const run = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+    run('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=test-ca');
+    run('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
+    writeFileSync(join(dir, 'ext.cnf'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
+    run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial', '-out', 'server.crt', '-days', '2', '-extfile', 'ext.cnf');
+    return { ca: readFileSync(join(dir, 'ca.crt')), key: readFileSync(join(dir, 'server.key')), cert: readFileSync(join(dir, 'server.crt')) };
+  }
+
+  let pem: ReturnType<typeof certificates>;
+  beforeAll(() => {
+    pem = certificates();
+  });
+
+  it('speaks the same protocol inside TLS, the certificate checked against the host name', async () => {
+    const server = await fakeServer(() => undefined, Infinity, { key: pem.key, cert: pem.cert });
+    try {
+      for (const host of ['localhost', '127.0.0.1']) {
+        const events = recordingEvents();
+        const port = server.connectString.split(':')[1];
+        const session = wireSessionFactoryWith({ tls: { ca: pem.ca } })({ connectString: `${host}:${port}`, sessionTimeoutMs: 3000 }, events);
+        opened.push(session);
+        await eventually(() => session.isConnectedNatively, 10_000, 10);
+        expect(session.id).toBe('1234');
+      }
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('treats a certificate it cannot trust as a failed host: keeps trying, never connects', async () => {
+    const server = await fakeServer(() => undefined, Infinity, { key: pem.key, cert: pem.cert });
+    let refused = 0;
+    server.server.on('tlsClientError', () => refused++);
+    try {
+      const events = recordingEvents();
+      const session = wireSessionFactoryWith({ tls: {} })({ connectString: server.connectString, sessionTimeoutMs: 3000 }, events);
+      opened.push(session);
+      await eventually(() => refused >= 2, 10_000, 10);
+      expect(events).toMatchObject({ connected: 0, connecting: 0, closed: [] });
+      expect(session.isConnectedNatively).toBe(false);
+    } finally {
+      await server.close();
     }
   });
 });

@@ -62,13 +62,13 @@ export class HostList {
     return (roundDone ? 250 : 0) + Math.random() * 50;
   }
 
-  /** The next host's address (resolved now); throws when the name does not resolve. */
-  async next(): Promise<HostPort> {
+  /** The next host's address (resolved now) and its name; throws when the name does not resolve. */
+  async next(): Promise<HostPort & { name: string }> {
     this.index = (this.index + 1) % this.hosts.length;
     const { host, port } = this.hosts[this.index]!;
     const addresses = await lookup(host, { all: true });
     if (addresses.length === 0) throw new Error(`${host} resolves to no address`);
-    return { host: addresses[Math.floor(Math.random() * addresses.length)]!.address, port };
+    return { host: addresses[Math.floor(Math.random() * addresses.length)]!.address, port, name: host };
   }
 
   failed(): void {

@@ -1,6 +1,7 @@
 // WireZkSession: a ZooKeeper session over node:net in TypeScript (no native code), behind the same
 // ZkSession seam as the C client's NativeZkSession. Opt-in: `new ZkConnection(options, wireSessionFactory)`.
 import net from 'node:net';
+import tls from 'node:tls';
 import { ZkCode, ZkError } from '../zk-error.js';
 import { ClientWatches, RequestClock, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
@@ -31,6 +32,20 @@ import {
 import { ServerWatches } from './server-watches.js';
 
 export const wireSessionFactory: ZkSessionFactory = (init, events) => new WireZkSession(init, events);
+
+export interface WireSessionOptions {
+  /**
+   * TLS from the first byte (ZooKeeper's secureClientPort): `ca`, and `cert` / `key` when the
+   * server wants a client certificate. The certificate is checked against the host name of the
+   * connect string (or its IP). A TLS failure counts as a failed host.
+   */
+  tls?: tls.ConnectionOptions;
+}
+
+/** A factory for sessions with options the ZkSession seam does not carry (TLS). */
+export function wireSessionFactoryWith(options: WireSessionOptions): ZkSessionFactory {
+  return (init, events) => new WireZkSession(init, events, options);
+}
 
 const OPEN_ACL: readonly ZkAcl[] = [{ perms: 31, scheme: 'world', id: 'anyone' }];
 /** Requests a follower forwards to the leader: only their answers move lastAnsweredSentAt (see NativeZkSession). */
@@ -94,6 +109,7 @@ export class WireZkSession implements ZkSession {
   constructor(
     init: SessionInit,
     private readonly events: SessionEvents,
+    private readonly options: WireSessionOptions = {},
   ) {
     const { hosts, chroot } = parseConnectString(init.connectString);
     this.hosts = new HostList(hosts);
@@ -170,15 +186,25 @@ export class WireZkSession implements ZkSession {
     }
   }
 
-  private open(address: { host: string; port: number }): void {
+  private open(address: { host: string; port: number; name: string }): void {
     if (this.closed) return;
-    const socket = net.connect({ host: address.host, port: address.port });
+    const { tls: tlsOptions } = this.options;
+    // The address is resolved already; the certificate is checked against the name we were given.
+    const socket = tlsOptions
+      ? tls.connect({
+          ...tlsOptions,
+          host: address.host,
+          port: address.port,
+          servername: tlsOptions.servername ?? (net.isIP(address.name) ? undefined : address.name),
+          checkServerIdentity: tlsOptions.checkServerIdentity ?? ((_host, cert) => tls.checkServerIdentity(address.name, cert)),
+        })
+      : net.connect({ host: address.host, port: address.port });
     socket.setNoDelay(true);
     this.socket = socket;
     this.frames = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = performance.now();
-    socket.on('connect', () => {
+    socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
       if (socket !== this.socket) return;
       // Nothing else goes out before the ConnectResponse (a write could provoke a reset that swallows an expiry reply).
       this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
