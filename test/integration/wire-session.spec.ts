@@ -240,6 +240,28 @@ describe('WireZkSession against ZooKeeper', () => {
     }
   });
 
+  it('once abandoned, resolves no request and calls no listener; close still ends the session on the server', async () => {
+    const { session, events } = open(zkConnectString());
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    const path = `${base}/abandoned`;
+    await session.create(path, EMPTY, CreateMode.EPHEMERAL);
+    const fired: string[] = [];
+    await session.getData(path, (e) => void fired.push(e.type));
+    const inFlight = session.exists(path);
+    session.abandon();
+    expect(session.isClosed).toBe(true);
+    expect((await failure(inFlight)).codeName).toBe('SESSIONEXPIRED');
+    expect((await failure(session.exists(path))).codeName).toBe('SESSIONEXPIRED');
+    await admin.session.setData(path, Buffer.from('x'));
+    await new Promise((r) => setTimeout(r, 200));
+    expect(fired).toEqual([]);
+    session.close();
+    expect((await failure(session.exists(path))).codeName).toBe('INVALIDSTATE');
+    // closeSession went out: the server ends the session and its ephemeral goes.
+    await eventually(async () => (await admin.session.exists(path)) === null, 5000);
+    expect(events.closed).toEqual([]); // close() is ours: not reported, as NativeZkSession does not
+  });
+
   it('answers AUTHFAILED to a bad auth and closes for good with onClosed(-113)', async () => {
     const { session, events } = open(zkConnectString());
     await eventually(() => session.isConnectedNatively, 10_000, 10);

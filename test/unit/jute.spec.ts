@@ -202,3 +202,47 @@ describe('SetWatches after a reconnect', () => {
     expect(new ServerWatches().setWatchesFrames(1n, (p) => p)).toEqual([]);
   });
 });
+
+describe('connect string, chroot and paths', () => {
+  it('splits hosts from the chroot; a bare or trailing slash is no chroot', async () => {
+    const { parseConnectString } = await import('../../lib/core/zookeeper/hosts.js');
+    expect(parseConnectString('a:1,b:2/app/root')).toEqual({ hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], chroot: '/app/root' });
+    expect(parseConnectString('a:1/')).toEqual({ hosts: [{ host: 'a', port: 1 }], chroot: '' });
+    expect(parseConnectString('a:1/app/')).toEqual({ hosts: [{ host: 'a', port: 1 }], chroot: '/app' });
+    expect(parseConnectString('[::1]:2181, b')).toEqual({ hosts: [{ host: '::1', port: 2181 }, { host: 'b', port: 2181 }], chroot: '' });
+    expect(() => parseConnectString('/only/a/chroot')).toThrow();
+  });
+
+  it('prefixes paths on the way out and strips them on the way back; paths outside pass through', async () => {
+    const { Chroot } = await import('../../lib/core/zookeeper/hosts.js');
+    const chroot = new Chroot('/app');
+    expect([chroot.toServer('/'), chroot.toServer('/x/y')]).toEqual(['/app', '/app/x/y']);
+    expect([chroot.fromServer('/app'), chroot.fromServer('/app/x'), chroot.fromServer('/apple'), chroot.fromServer('/zookeeper/quota')]).toEqual(['/', '/x', '/apple', '/zookeeper/quota']);
+    const none = new Chroot('');
+    expect([none.toServer('/x'), none.fromServer('/x')]).toEqual(['/x', '/x']);
+  });
+
+  it('refuses the paths the C client refuses', async () => {
+    const { isValidPath } = await import('../../lib/core/zookeeper/hosts.js');
+    for (const path of ['/', '/a', '/a/b-c.d']) expect([path, isValidPath(path, false)]).toEqual([path, true]);
+    for (const path of ['', 'a', '/a/', '//a', '/a//b', '/a/./b', '/a/..', '/a\0b']) expect([path, isValidPath(path, false)]).toEqual([path, false]);
+    expect(isValidPath('/a/', true)).toBe(true); // a sequential name may end in the slash
+    expect(isValidPath('/', true)).toBe(false);
+  });
+
+  it('goes round the hosts in one shuffled order, pausing after a whole round failed', async () => {
+    const { HostList } = await import('../../lib/core/zookeeper/hosts.js');
+    const list = new HostList([{ host: '127.0.0.1', port: 1 }, { host: '127.0.0.1', port: 2 }, { host: '127.0.0.1', port: 3 }]);
+    const ports = [];
+    for (let i = 0; i < 6; i++) ports.push((await list.next()).port);
+    expect(new Set(ports.slice(0, 3)).size).toBe(3);
+    expect(ports.slice(3)).toEqual(ports.slice(0, 3));
+    list.failed();
+    expect(list.delayBeforeNextMs()).toBeLessThan(100);
+    list.failed();
+    list.failed();
+    expect(list.delayBeforeNextMs()).toBeGreaterThanOrEqual(250);
+    list.connected();
+    expect(list.delayBeforeNextMs()).toBe(0);
+  });
+});
