@@ -386,6 +386,27 @@ describe('WireZkSession against bad bytes from the network', () => {
     }
   });
 
+  it('a server that re-attaches another session than ours: expired (onClosed(-112)), not silently a new one', async () => {
+    let connection = 0;
+    const server = net.createServer((socket) => {
+      socket.on('error', () => undefined);
+      const sessionId = ++connection === 1 ? 0x1234n : 0x9999n;
+      socket.once('data', () => {
+        socket.write(new JuteWriter().int(0).int(3000).long(sessionId).buffer(Buffer.alloc(16, 7)).bool(false).frame());
+        if (sessionId === 0x1234n) setTimeout(() => socket.destroy(), 50);
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    try {
+      const { session, events } = open(`127.0.0.1:${(server.address() as net.AddressInfo).port}`, 3000);
+      await eventually(() => events.closed.length > 0, 10_000, 10);
+      expect(events).toMatchObject({ connected: 1, connecting: 1, closed: [-112] });
+      expect(session.id).toBe('1234');
+    } finally {
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    }
+  });
+
   it('a server that closes before the handshake: tries again, never connected, never crashes', async () => {
     const server = net.createServer((socket) => socket.destroy());
     await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));

@@ -40,6 +40,8 @@ export interface WireSessionOptions {
    * connect string (or its IP). A TLS failure counts as a failed host.
    */
   tls?: tls.ConnectionOptions;
+  /** The largest reply accepted, as the server's jute.maxbuffer (default 0xfffff): a larger one drops the link. */
+  maxFrameBytes?: number;
 }
 
 /** A factory for sessions with options the ZkSession seam does not carry (TLS). */
@@ -201,7 +203,7 @@ export class WireZkSession implements ZkSession {
       : net.connect({ host: address.host, port: address.port });
     socket.setNoDelay(true);
     this.socket = socket;
-    this.frames = new FrameReader(DEFAULT_MAX_FRAME_BYTES);
+    this.frames = new FrameReader(this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = performance.now();
     socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
@@ -285,7 +287,9 @@ export class WireZkSession implements ZkSession {
 
   private handshake(frame: Buffer): void {
     const response = decodeConnectResponse(frame);
-    if (response.timeoutMs <= 0) return this.endForGood(EXPIRED_STATE, ZkCode.SESSIONEXPIRED);
+    // Another session than the one we asked to re-attach would hide the loss of ours: expired too.
+    const replaced = this.sessionId !== 0n && response.sessionId !== this.sessionId;
+    if (response.timeoutMs <= 0 || replaced) return this.endForGood(EXPIRED_STATE, ZkCode.SESSIONEXPIRED);
     this.sessionId = response.sessionId;
     this.sessionPassword = response.password;
     this.negotiatedTimeoutMs = response.timeoutMs;
