@@ -160,6 +160,7 @@ is_ours() {
   [[ $cmdline == *" $DIR/server.$1.cfg"* ]]
 }
 
+# tickTime: TICK_TIME_MS in scripts/support/zookeeper.mjs says the same to the clients (serverTickTimeMs)
 write_cfg() {  # id client-port [server.N lines]
   local id=$1 port=$2
   mkdir -p "$DIR/data.$id" "$DIR/log.$id"

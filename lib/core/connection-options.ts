@@ -21,6 +21,11 @@ export interface ZkConnectionOptions {
   connectTimeoutMs?: number;
   /** Credentials added to every session. */
   auth?: ZkAuth | ZkAuth[];
+  /**
+   * The ensemble's `tickTime`, or more. The lost signal allows for a follower's report of the
+   * session to the leader, every tickTime/2 (see the README, Lost locks). Default 2000, ZooKeeper's.
+   */
+  serverTickTimeMs?: number;
 }
 
 export interface ResolvedConnectionOptions {
@@ -30,9 +35,10 @@ export interface ResolvedConnectionOptions {
   sessionTimeoutMs: number;
   connectTimeoutMs: number;
   auth: Required<ZkAuth>[];
+  serverTickTimeMs: number;
 }
 
-export const CONNECTION_DEFAULTS = { sessionTimeoutMs: 15_000, connectTimeoutMs: 15_000 } as const;
+export const CONNECTION_DEFAULTS = { sessionTimeoutMs: 15_000, connectTimeoutMs: 15_000, serverTickTimeMs: 2000 } as const;
 
 const HOST_PORT = /^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9._-]+):(\d{1,5})$/;
 
@@ -70,6 +76,7 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
 
   const sessionTimeoutMs = positiveInteger(options.sessionTimeoutMs, 'sessionTimeoutMs', CONNECTION_DEFAULTS.sessionTimeoutMs);
   const connectTimeoutMs = positiveInteger(options.connectTimeoutMs, 'connectTimeoutMs', CONNECTION_DEFAULTS.connectTimeoutMs);
+  const serverTickTimeMs = positiveInteger(options.serverTickTimeMs, 'serverTickTimeMs', CONNECTION_DEFAULTS.serverTickTimeMs);
 
   const authList = options.auth === undefined ? [] : Array.isArray(options.auth) ? options.auth : [options.auth];
   const auth = authList.map((a, i) => {
@@ -95,6 +102,7 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
     sessionTimeoutMs,
     connectTimeoutMs,
     auth,
+    serverTickTimeMs,
   };
 }
 

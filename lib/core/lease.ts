@@ -53,6 +53,8 @@ export interface LeaseOptions {
  * the released / lost diagnostics events. A subclass says how the lock is given up (`free`) and
  * how loss is noticed once someone looks at the signal (`armSignal`).
  */
+const ABORTED = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')!.get! as (this: AbortSignal) => boolean;
+
 export abstract class HeldLease implements Lease {
   abstract readonly sessionId: string;
   abstract readonly path: string;
@@ -98,9 +100,34 @@ export abstract class HeldLease implements Lease {
 
   /** Noticing loss may cost a request, so it is armed only once someone looks at the signal. */
   get signal(): AbortSignal {
-    this.controller ??= new AbortController();
+    this.controller ??= this.newController();
     void this.arm();
     return this.controller.signal;
+  }
+
+  /**
+   * The signal's `aborted` checks the clock (isHeld) before it answers: after a stall past the
+   * session's deadline no timer has run yet, and `if (signal.aborted) return; write()` must not
+   * see a live signal. (The signal object itself stays a plain AbortSignal for everyone else.)
+   */
+  private newController(): AbortController {
+    const controller = new AbortController();
+    const signal = controller.signal;
+    let checking = false;
+    Object.defineProperty(signal, 'aborted', {
+      get: () => {
+        if (!checking && !ABORTED.call(signal)) {
+          checking = true;
+          try {
+            void this.isHeld;
+          } finally {
+            checking = false;
+          }
+        }
+        return ABORTED.call(signal);
+      },
+    });
+    return controller;
   }
 
   release(): Promise<void> {
@@ -121,7 +148,7 @@ export abstract class HeldLease implements Lease {
     if (this.ended) return;
     this.end(reason);
     if (!this.options.silent) publish('lost', () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
-    this.controller ??= new AbortController();
+    this.controller ??= this.newController();
     this.controller.abort(new LockLostError(this.name, reason));
   }
 
@@ -131,7 +158,7 @@ export abstract class HeldLease implements Lease {
    */
   protected interrupt(reason: LockLostReason): void {
     if (this.ended) return;
-    this.controller ??= new AbortController();
+    this.controller ??= this.newController();
     if (!this.controller.signal.aborted) this.controller.abort(new LockLostError(this.name, reason));
   }
 
@@ -203,7 +230,7 @@ export class NodeLease extends HeldLease implements SessionBound {
         `Cannot read lock node ${path} of ${JSON.stringify(this.name)} (${String(error)}): requests to let go (revoke) are not heard; ` +
           'its deletion still is',
       );
-    this.nodeWatch = new NodeWatch(session, path, () => this.lose('node-deleted'), (s) => this.engine.ops.sessionUsable(s), onData && { onData, unreadable });
+    this.nodeWatch = new NodeWatch(session, path, () => this.lose('node-deleted'), (s, run) => this.engine.connection.onLinkUp(s, run), onData && { onData, unreadable });
     return this.nodeWatch.ready;
   }
 

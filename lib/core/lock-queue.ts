@@ -272,7 +272,7 @@ class QueueWaiter {
   private watchOwnNode(session: ZkSession, path: string): void {
     if (this.ownWatch?.path === path) return;
     this.stopOwnWatch();
-    this.ownWatch = { path, watch: new NodeWatch(session, path, () => this.wake?.(), (s) => this.engine.ops.sessionUsable(s)) };
+    this.ownWatch = { path, watch: new NodeWatch(session, path, () => this.wake?.(), (s, run) => this.engine.connection.onLinkUp(s, run)) };
   }
 
   private stopOwnWatch(): void {

@@ -6,7 +6,8 @@ import type { WatchEventType, ZkSession } from './zk-session.js';
  * (a held lease, a waiter about to take the "predecessor was head" shortcut). A ZooKeeper watch
  * fires once, for whatever comes first: a data change (someone's `set`, Curator's revocation
  * marker) spends it, so any event other than the deletion arms it again. A request that fails
- * on a connection error sets no watch either: it is re-armed once the session is usable again.
+ * on a connection error sets no watch either: it is re-armed on the next link, before that link
+ * is confirmed (so the connection reports connected only once this watch is known again).
  * `armed` is true only while the watch is known to be set on the existing node.
  * With `onData` (a revocable holder), each arming reads the node's data too (one request either
  * way), so every change of it is seen.
@@ -17,13 +18,18 @@ export class NodeWatch {
   /** The first arming's outcome: true once set on the existing node. */
   readonly ready: Promise<boolean>;
   private stopped = false;
+  /** A request failed on a connection error was asked again at once (once in a row). */
+  private retriedAtOnce = false;
 
   constructor(
     private readonly session: ZkSession,
     private readonly path: string,
     private readonly onDeleted: () => void,
-    /** Resolves true when `session` is connected again, false when it is gone for good. */
-    private readonly whenUsable: (session: ZkSession) => Promise<boolean>,
+    /**
+     * Calls its argument when `session`'s link is back, ahead of the sync that confirms it (see
+     * ZkConnection.onLinkUp); never if the session is gone.
+     */
+    private readonly onLinkUp: (session: ZkSession, run: () => void) => void,
     /** Read the data at each arming; `unreadable`: refused (an ACL without READ): deletion only, from then on. */
     private data?: { onData: (data: Buffer) => void; unreadable: (error: unknown) => void },
   ) {
@@ -50,6 +56,7 @@ export class NodeWatch {
       : this.session.exists(this.path, this.listener).then((stat) => stat !== null);
     return read.then(
       (exists) => {
+        this.retriedAtOnce = false;
         if (this.stopped || this.gone) return false;
         if (!exists) {
           this.deleted();
@@ -64,11 +71,20 @@ export class NodeWatch {
           return false;
         }
         if (this.stopped) return false;
-        if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
-          // Connection trouble (or the session is gone: its loss is reported elsewhere).
-          void this.whenUsable(this.session).then((usable) => usable && !this.stopped && this.arm());
+        if (error instanceof ZkError && error.isConnectionError && !this.retriedAtOnce) {
+          // The link dropped under the request: ask again at once. The client sends it on the next
+          // link ahead of the sync that confirms that link (see ZkConnection.resume), so the node's
+          // deletion meanwhile is heard of before the connection counts as connected again.
+          this.retriedAtOnce = true;
+          return this.arm();
+        }
+        if (error instanceof ZkError && error.isConnectionError) {
+          // Set it again on the next link before that link counts as connected: a deletion of
+          // our node while we were away must be heard of first.
+          this.onLinkUp(this.session, () => void (!this.stopped && !this.gone && this.arm()));
           return false;
         }
+        if (error instanceof ZkError && error.isSessionGone) return false; // its loss is reported elsewhere
         if (data) {
           // Refused by the server (e.g. NOAUTH): retrying would only spin. Watch for deletion alone.
           this.data = undefined;

@@ -64,29 +64,69 @@ export function answeredByServer(code: number): boolean {
   return code === ZkCode.OK || (code <= -100 && !CLIENT_SIDE_CODES.has(code));
 }
 
+/** ZooKeeper's default tickTime: the lost signal assumes none longer unless told (serverTickTimeMs). */
+export const DEFAULT_SERVER_TICK_MS = 2000;
+/** Room for a follower's reply to the leader's ping to come late (scheduling, network). */
+const REPORT_JITTER_MS = 100;
+
 /**
- * When the leader last heard from a session, from its requests: the send time of the newest one
- * answered that went through the leader (a lower bound, see ZkSession.lastAnsweredSentAt), and how
- * long the oldest unanswered request has waited.
+ * How long after a request reaches a follower the leader may still not know of it: a follower
+ * tells the leader which sessions it heard from only in its replies to the leader's pings, every
+ * tickTime/2. The tickTime is taken as at most `serverTickTimeMs` and at most half the session
+ * timeout (the server's default minimum session timeout is two ticks).
+ */
+export function reportLagMs(serverTickTimeMs: number, sessionTimeoutMs: number): number {
+  return Math.min(serverTickTimeMs, sessionTimeoutMs / 2) / 2 + REPORT_JITTER_MS;
+}
+
+/**
+ * When the leader, which expires sessions, last heard of a session, from its requests
+ * (`lastAnsweredSentAt`, a lower bound; see ZkSession), and how long the oldest unanswered
+ * request has waited.
+ *
+ * A follower answers reads and pings from its own copy, also while cut off from the leader; only
+ * a write or a sync goes through the leader. And even that answer does not show that the leader
+ * heard of the session then: the follower reports the sessions it heard from in its replies to
+ * the leader's pings, every tickTime/2, on the same stream on which it forwards our writes and
+ * syncs. So when a write or sync sent at s on a link is answered, the leader had heard of every
+ * request sent on that link `reportLag` or more before s (a ping reply carrying it went ahead of
+ * the forwarded request): the newest such send time is the bound.
  */
 export class RequestClock {
   lastAnsweredSentAt = performance.now();
   /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
-  private readonly pending = new Set<{ sentAt: number }>();
+  private readonly pending = new Set<{ sentAt: number; link: number }>();
+  /** Send times of this link's requests, oldest first (trimmed to what an answer can still use). */
+  private sends: number[] = [];
+  private head = 0;
+  private link = 0;
+
+  constructor(private readonly reportLag: () => number = () => reportLagMs(DEFAULT_SERVER_TICK_MS, Infinity)) {}
+
+  /** A new connection to a server: requests sent on an earlier one say nothing about this one's reports. */
+  newLink(): void {
+    this.link++;
+    this.sends = [];
+    this.head = 0;
+  }
 
   /**
    * A request is sent (no sooner than now): returns what to call with its answer's code, which
-   * tells whether the answer came from the server. Only an answer that passed through the leader
-   * (`viaLeader`: a write or a sync) moves `lastAnsweredSentAt`: the leader expires sessions, and
-   * a follower cut off from it still answers reads (and pings) from its own copy.
+   * tells whether the answer came from the server. `viaLeader`: a write or a sync, whose answer
+   * moves `lastAnsweredSentAt` (see the class).
    */
   sent(viaLeader: boolean): (code: number) => boolean {
-    const request = { sentAt: performance.now() };
+    const request = { sentAt: performance.now(), link: this.link };
     this.pending.add(request);
+    this.sends.push(request.sentAt);
+    this.trim();
     return (code) => {
       this.pending.delete(request);
       const fromServer = answeredByServer(code);
-      if (viaLeader && fromServer && request.sentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = request.sentAt;
+      if (viaLeader && fromServer && request.link === this.link) {
+        const heard = this.newestSentBy(request.sentAt - this.reportLag());
+        if (heard !== undefined && heard > this.lastAnsweredSentAt) this.lastAnsweredSentAt = heard;
+      }
       return fromServer;
     };
   }
@@ -94,6 +134,32 @@ export class RequestClock {
   unansweredForMs(): number {
     const oldest = this.pending.values().next().value;
     return oldest ? performance.now() - oldest.sentAt : 0;
+  }
+
+  /** The newest send time on this link at or before `time`. */
+  private newestSentBy(time: number): number | undefined {
+    let low = this.head;
+    let high = this.sends.length - 1;
+    let found: number | undefined;
+    while (low <= high) {
+      const mid = (low + high) >> 1;
+      if (this.sends[mid]! <= time) {
+        found = this.sends[mid];
+        low = mid + 1;
+      } else high = mid - 1;
+    }
+    return found;
+  }
+
+  /** Keeps the newest send that an answer still to come could use, and everything after it. */
+  private trim(): void {
+    const oldest = this.pending.values().next().value;
+    const bound = (oldest?.sentAt ?? performance.now()) - this.reportLag();
+    while (this.head + 1 < this.sends.length && this.sends[this.head + 1]! <= bound) this.head++;
+    if (this.head > 1024 && this.head * 2 > this.sends.length) {
+      this.sends = this.sends.slice(this.head);
+      this.head = 0;
+    }
   }
 }
 

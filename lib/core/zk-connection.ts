@@ -38,22 +38,21 @@ function watchdogIntervalMs(sessionTimeoutMs: number): number {
   return Math.max(20, Math.min(250, sessionTimeoutMs / 40));
 }
 
-/** A sync goes out whenever the newest answer that went through the leader was sent this long ago. */
+/** A sync goes out this often, also while earlier ones are unanswered (up to MAX_HEARTBEATS_IN_FLIGHT). */
 function heartbeatAfterMs(sessionTimeoutMs: number): number {
   return sessionTimeoutMs / 20;
 }
 
+/** Heartbeats one link may have unanswered: a slow link still gets one every T/20. */
+const MAX_HEARTBEATS_IN_FLIGHT = 4;
+
 /**
- * How long before the leader may expire the session we count it as lost. The deadline counts
- * from the send time of the newest sync or write answered; a follower forwards those at once,
- * but tells the leader which sessions it heard from only in its replies to the leader's pings,
- * every tickTime/2. So the leader's own "last heard" can lag our deadline's start by tickTime/2
- * plus the gap between two requests of ours (the heartbeat's T/20, the watchdog's T/40). A fifth
- * of the session timeout, at least 250 ms, covers that for tickTime up to T/5 (the defaults, 2 s
- * and 15 s, leave 1.6 s of room) and timers firing late on a busy event loop.
+ * How long before the leader may expire the session we count it as lost: room for timers firing
+ * late on a busy event loop and for clock drift (the follower's report to the leader is already
+ * in the deadline: see RequestClock). A tenth of the session timeout, at least 250 ms.
  */
 export function lossMarginMs(sessionTimeoutMs: number): number {
-  return Math.max(250, sessionTimeoutMs / 5);
+  return Math.max(250, sessionTimeoutMs / 10);
 }
 const EXPIRED_SESSION_STATE = -112;
 
@@ -199,8 +198,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private lastProbe: string[] | undefined;
 
   private watchdog: NodeJS.Timeout | undefined;
-  /** Sessions with a heartbeat in flight, and the link it went out on. */
-  private readonly heartbeats = new WeakMap<ZkSession, number>();
+  /** The heartbeats of the current session's link: when the last went out, and how many are unanswered. */
+  private heartbeats = { link: -1, sentAt: -Infinity, inFlight: 0 };
 
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
@@ -229,6 +228,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.clearTimers();
     const session = this.current;
     this.current = undefined;
+    this.linkUpWaiters = [];
     session?.close();
     this.setState('closed');
     this.emit('closed');
@@ -267,11 +267,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private openSession(): ZkSession {
     const generation = ++this.generation;
-    const { connectString, chroot, sessionTimeoutMs } = this.options;
+    const { connectString, chroot, sessionTimeoutMs, serverTickTimeMs } = this.options;
     const isCurrent = () => generation === this.generation && this.currentState !== 'closed';
     let everConnected = false;
     const session: ZkSession = this.openWith(
-      { connectString: connectString + (chroot ?? ''), sessionTimeoutMs },
+      { connectString: connectString + (chroot ?? ''), sessionTimeoutMs, serverTickTimeMs },
       {
         onConnected: () => {
           if (!isCurrent()) return;
@@ -355,6 +355,27 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private link = 0;
   /** The link whose confirmation is in flight (see resume). */
   private confirming: number | undefined;
+  /** Asked to run when the link is back, before its confirming sync (see onLinkUp). */
+  private linkUpWaiters: { session: ZkSession; run: () => void }[] = [];
+  /** A request went out after the confirming sync: confirm again once it is answered. */
+  private reconfirm = false;
+
+  /**
+   * Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
+   * asks goes out before the sync that confirms the link is answered, and is answered before the
+   * connection counts as connected again: for a watch whose request failed when the link dropped,
+   * which the confirmation must not overtake. Never if the session ends first.
+   */
+  onLinkUp(session: ZkSession, run: () => void): void {
+    if (session !== this.current || session.isClosed || this.currentState === 'closed') return;
+    const up = session.isConnectedNatively && (this.currentState === 'connected' || this.confirming === this.link);
+    if (!up) {
+      this.linkUpWaiters.push({ session, run });
+      return;
+    }
+    if (this.currentState !== 'connected') this.reconfirm = true;
+    setImmediate(() => session === this.current && !session.isClosed && run());
+  }
 
   /** Disconnected: the session lives on until its deadline (the deadline timer keeps running). */
   private suspend(session: ZkSession): void {
@@ -379,9 +400,24 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const link = this.link;
     if (this.confirming === link) return;
     this.confirming = link;
+    this.reconfirm = false;
+    // Watches to set again go first, on this link, ahead of the confirming sync.
+    const waiters = this.linkUpWaiters.filter((w) => w.session === session);
+    this.linkUpWaiters = [];
+    for (const waiter of waiters) waiter.run();
+    this.confirmLink(session, link);
+  }
+
+  private confirmLink(session: ZkSession, link: number): void {
     const confirmed = () => {
-      if (this.confirming === link) this.confirming = undefined;
-      if (session !== this.current || this.currentState !== 'suspended' || link !== this.link) return;
+      if (session !== this.current || this.currentState !== 'suspended' || link !== this.link || this.confirming !== link) return;
+      if (this.reconfirm) {
+        // Something went out after this sync (onLinkUp): a sync sent after it confirms (its run goes first).
+        this.reconfirm = false;
+        setImmediate(() => this.confirmLink(session, link));
+        return;
+      }
+      this.confirming = undefined;
       if (!session.isConnectedNatively || !this.checkDeadline()) return;
       this.setState('connected');
       this.emit('reconnected', session.id);
@@ -400,21 +436,25 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (!session || !this.connectedSessions.has(session)) return;
     // Keep the deadline fresh (the C client's pings are invisible to us): a request whenever the
     // newest answered one was sent a quarter of the timeout ago, so that an answer has the rest.
-    if (this.currentState === 'connected' && performance.now() - session.lastAnsweredSentAt > heartbeatAfterMs(session.timeoutMs)) this.sendHeartbeat(session);
+    if (this.currentState === 'connected') this.sendHeartbeat(session);
     if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
     else if (this.currentState === 'suspended' && session.isConnectedNatively) this.resume(session);
   }
 
   /**
-   * One sync at a time; its answer moves the deadline. A sync, not a read: a follower forwards it
-   * to the leader, so a follower cut off from the leader cannot answer it (it answers reads).
+   * A sync every T/20 while connected; their answers move the deadline. A sync, not a read: a
+   * follower forwards it to the leader, so a follower cut off from the leader cannot answer it (it
+   * answers reads). Several may be unanswered on a slow link, so that the link's requests stay
+   * close together (see RequestClock); one sent on an earlier link never holds the next back.
    */
   private sendHeartbeat(session: ZkSession): void {
-    // One per link: one sent before a drop may never be answered, and must not hold back the next.
-    const link = this.link;
-    if (this.heartbeats.get(session) === link) return;
-    this.heartbeats.set(session, link);
-    const done = () => void (this.heartbeats.get(session) === link && this.heartbeats.delete(session));
+    const now = performance.now();
+    if (this.heartbeats.link !== this.link) this.heartbeats = { link: this.link, sentAt: -Infinity, inFlight: 0 };
+    const beats = this.heartbeats;
+    if (now - beats.sentAt < heartbeatAfterMs(session.timeoutMs) || beats.inFlight >= MAX_HEARTBEATS_IN_FLIGHT) return;
+    beats.sentAt = now;
+    beats.inFlight++;
+    const done = () => void beats.inFlight--;
     session.sync('/').then(done, done);
   }
 
@@ -435,6 +475,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     // then the old handle is closed. Until then it answers nothing (abandon): a reply read in
     // between must not complete an acquire after its holders were told the session is gone.
     session.abandon();
+    this.linkUpWaiters = [];
     this.openSession();
     this.setState('lost');
     this.emit('lost', reason, sessionId);

@@ -179,7 +179,19 @@ export class ZkOperations {
         if (isZkCode(error, ZkCode.NONODE) && !madeParents) {
           // The parent is missing (never made, or reaped as an empty container): make it, once per
           // failure; a reap between here and the create just loops again.
-          await this.ensureContainers(session, parentPath);
+          const made = await this.ensureContainers(session, parentPath).then(
+            () => true,
+            (failure: unknown) => failure,
+          );
+          if (made !== true) {
+            // Our node was not made (its create failed): a lost link is waited out like any other.
+            if (made instanceof ZkError && made.isConnectionError) {
+              if (await this.sessionUsable(session)) continue;
+              return undefined;
+            }
+            if (made instanceof ZkError && made.isSessionGone) return undefined;
+            throw made;
+          }
           madeParents = true;
           continue;
         }

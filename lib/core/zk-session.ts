@@ -1,7 +1,7 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
-import { ClientWatches, RequestClock, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
+import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
 import { ZkLockError } from './errors.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from './write-batch.js';
 
@@ -158,6 +158,8 @@ export interface SessionEvents {
 export interface SessionInit {
   connectString: string;
   sessionTimeoutMs: number;
+  /** The ensemble's tickTime at most (see RequestClock); default DEFAULT_SERVER_TICK_MS. */
+  serverTickTimeMs?: number;
   /** Re-attach to an existing session (used by tests to expire a session from a second client). */
   sessionId?: string;
   sessionPassword?: string;
@@ -178,8 +180,8 @@ export interface ZkSession {
   readonly isConnectedNatively: boolean;
   readonly isClosed: boolean;
   /**
-   * A lower bound (performance.now()) of when the leader last heard from us: the send time of the
-   * newest request answered that went through the leader, a write or a sync (see NativeZkSession).
+   * A lower bound (performance.now()) of when the leader last heard of us, from the answers to
+   * writes and syncs (see RequestClock).
    */
   readonly lastAnsweredSentAt: number;
   close(): void;
@@ -229,18 +231,18 @@ export class NativeZkSession implements ZkSession {
   private readonly ops: NativeOps;
   private closed = false;
   /**
-   * A lower bound (performance.now()) of when the leader last heard from us: the send time of the
-   * newest request answered that went through the leader (a write or a sync; see VIA_LEADER). The
-   * leader expires the session one timeout after it last heard of it, so this, not the last packet
-   * received, bounds how long the session can live: watch events, late replies and a cut-off
-   * follower's answers to reads arrive without the leader having heard anything. Pings are
-   * invisible here; the connection sends syncs to keep it fresh. Before the first connect it is
+   * A lower bound (performance.now()) of when the leader last heard of us (see RequestClock): from
+   * answers to writes and syncs only (VIA_LEADER), less the time a follower takes to report us to
+   * the leader. The leader expires the session one timeout after it last heard of it, so this, not
+   * the last packet received, bounds how long the session can live: watch events, late replies and
+   * a cut-off follower's answers to reads arrive without the leader having heard anything. Pings
+   * are invisible here; the connection sends syncs to keep it fresh. Before the first connect it is
    * the connect time (see the 'connect' handler).
    */
   get lastAnsweredSentAt(): number {
     return this.requests.lastAnsweredSentAt;
   }
-  private readonly requests = new RequestClock();
+  private readonly requests: RequestClock;
   private everConnected = false;
   /**
    * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
@@ -252,6 +254,8 @@ export class NativeZkSession implements ZkSession {
   private readonly watches = new ClientWatches();
 
   constructor(init: SessionInit, events: SessionEvents) {
+    const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
+    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs));
     const config: Record<string, unknown> = {
       connect: init.connectString,
       timeout: init.sessionTimeoutMs,
@@ -274,6 +278,7 @@ export class NativeZkSession implements ZkSession {
       // deadline may start here. A reconnect of the same session proves nothing about when the
       // server last heard from us: the connection's next request tells.
       if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
+      this.requests.newLink();
       this.everConnected = true;
       events.onConnected();
     });

@@ -52,6 +52,7 @@
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Leadership, LockEngine, Mutex, ReadWriteLock, Semaphore, ZkConnection } from 'nestjs-zk-lock/core';
+import { TICK_TIME_MS } from '../support/zookeeper.mjs';
 
 const cfg = JSON.parse(process.env.CHAOS_WORKER ?? '{}');
 const now = () => Number(process.hrtime.bigint()) / 1e6;
@@ -181,6 +182,7 @@ async function work() {
     connectString: cfg.connectString,
     sessionTimeoutMs: cfg.sessionTimeoutMs,
     connectTimeoutMs: 60_000,
+    serverTickTimeMs: TICK_TIME_MS,
   });
   connection.on('state', (state, previous) =>
     send({ t: 'state', state, previous, sessionId: connection.session?.id, at: now() }),

@@ -12,6 +12,8 @@ import { fileURLToPath } from 'node:url';
 
 export const REPO_ROOT = fileURLToPath(new URL('../../', import.meta.url));
 export const ZK_SCRIPT = join(REPO_ROOT, 'scripts', 'zookeeper.sh');
+/** The tickTime of the servers scripts/zookeeper.sh writes (a client's serverTickTimeMs). */
+export const TICK_TIME_MS = 250;
 
 /** @typedef {'leader' | 'follower' | 'standalone' | 'down'} ZkMode */
 /**

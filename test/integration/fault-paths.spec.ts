@@ -58,7 +58,7 @@ describe('mutual exclusion under faults', () => {
     await next.release();
   }, 60_000);
 
-  it('after the event loop was blocked past the deadline, lease.isHeld answers false at once, before any timer ran', async () => {
+  it('after the event loop was blocked past the deadline, signal.aborted and lease.isHeld say so at once, before any timer ran', async () => {
     const timeoutMs = 2000;
     const h = await engine({ sessionTimeoutMs: timeoutMs });
     const lease = await new Mutex(h, 'stall', uniquePath('stall')).acquire();
@@ -66,6 +66,7 @@ describe('mutual exclusion under faults', () => {
     expect(lease.isHeld).toBe(true);
     const until = performance.now() + timeoutMs + 200;
     while (performance.now() < until); // a stall: no timer, no I/O callback runs
+    expect(signal.aborted).toBe(true); // what `if (signal.aborted) return; write()` reads first
     const heldAfterStall = lease.isHeld;
     expect({ heldAfterStall, aborted: signal.aborted }).toEqual({ heldAfterStall: false, aborted: true });
     expect(signal.reason).toMatchObject({ reason: 'session-timeout' });

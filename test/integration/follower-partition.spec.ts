@@ -5,7 +5,7 @@ import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { uniquePath } from '../support/helpers.js';
-import { startEnsemble, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
+import { startEnsemble, TICK_TIME_MS, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
 
 // A follower cut off from the leader (its client port up) keeps answering its clients' reads and
 // pings until it gives up on the leader (syncLimit × tickTime: 5 s on these servers). The leader,
@@ -46,7 +46,8 @@ async function settledWithin<T>(promise: Promise<T>, ms: number): Promise<T | un
 }
 
 async function open(connectString: string, sessionTimeoutMs: number): Promise<ZkConnection> {
-  const connection = new ZkConnection({ connectString, sessionTimeoutMs });
+  // The servers tick at TICK_TIME_MS: the lost signal allows for a follower's report of that length.
+  const connection = new ZkConnection({ connectString, sessionTimeoutMs, serverTickTimeMs: TICK_TIME_MS });
   connections.push(connection);
   await connection.connect();
   return connection;

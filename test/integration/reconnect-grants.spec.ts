@@ -299,4 +299,33 @@ describe('a node of ours deleted while our link was down is never granted after 
       });
     });
   });
+
+  describe.each(CUTS)('%s cut', (cut) => {
+    it("a holder whose node watch was being set when the link dropped has lost its lease by the time 'reconnected' is emitted", async () => {
+      await withProxy(async (proxy) => {
+        const path = uniquePath('rg-arming');
+        const observer = await connect();
+        const a = await proxied(proxy);
+        const b = await engine();
+        const lease = await new Mutex(a, 'contended', path, { coalesce: false }).acquire();
+        const signal = lease.signal; // sets the deletion watch: its request is on the wire now
+        let other: OtherHolder | undefined;
+        let atReconnected: { aborted: boolean; otherHolds: boolean } | undefined;
+        await partition(
+          proxy,
+          a,
+          cut,
+          async () => {
+            await observer.session!.delete(lease.path);
+            other = await holdOther(b, path);
+          },
+          () => (atReconnected = { aborted: signal.aborted, otherHolds: !other!.signal.aborted }),
+          'in the reconnected handler',
+        );
+        expect(atReconnected).toEqual({ aborted: true, otherHolds: true });
+        expect(signal.reason).toMatchObject({ reason: 'node-deleted' });
+        await other!.lease.release();
+      });
+    });
+  });
 });

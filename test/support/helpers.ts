@@ -4,6 +4,7 @@ import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.j
 import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
 import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
 import { NativeZkSession, type ZkSession } from '../../lib/core/zk-session.js';
+import { TICK_TIME_MS } from './zk-server.js';
 
 /** The ZooKeeper the Jest global setup started (or ZK_CONNECT from the environment). */
 export function zkConnectString(): string {
@@ -19,9 +20,12 @@ export function uniquePath(label = 'test'): string {
 
 const opened: ZkConnection[] = [];
 
+/** The test servers' tickTime (scripts/zookeeper.sh): what the lost signal allows for (serverTickTimeMs). */
+export const TEST_SERVER_TICK_MS = TICK_TIME_MS;
+
 /** A connected ZkConnection, closed by `closeAll()`. */
 export async function connect(options: Partial<ZkConnectionOptions> = {}): Promise<ZkConnection> {
-  const connection = new ZkConnection({ connectString: zkConnectString(), sessionTimeoutMs: 4000, ...options });
+  const connection = new ZkConnection({ connectString: zkConnectString(), sessionTimeoutMs: 4000, serverTickTimeMs: TEST_SERVER_TICK_MS, ...options });
   opened.push(connection);
   await connection.connect();
   return connection;

@@ -6,6 +6,7 @@ export {
   REPO_ROOT,
   startEnsemble,
   startStandalone,
+  TICK_TIME_MS,
   waitFor,
   ZK_SCRIPT,
   ZkEnsembleHandle,

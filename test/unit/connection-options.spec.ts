@@ -21,6 +21,7 @@ describe('resolveConnectionOptions', () => {
       sessionTimeoutMs: 15000,
       connectTimeoutMs: 15000,
       auth: [],
+      serverTickTimeMs: 2000,
     });
   });
 
@@ -42,6 +43,8 @@ describe('resolveConnectionOptions', () => {
     [{ connectString: 'zk1:2181', sessionTimeoutMs: 1.5 }, 'sessionTimeoutMs'],
     [{ connectString: 'zk1:2181', sessionTimeoutMs: '5000' }, 'sessionTimeoutMs'],
     [{ connectString: 'zk1:2181', connectTimeoutMs: Infinity }, 'connectTimeoutMs'],
+    [{ connectString: 'zk1:2181', serverTickTimeMs: 0 }, 'serverTickTimeMs'],
+    [{ connectString: 'zk1:2181', serverTickTimeMs: '2000' }, 'serverTickTimeMs'],
     [{ connectString: 'zk1:2181', auth: 'user:pass' }, 'auth'],
     [{ connectString: 'zk1:2181', auth: { credentials: '' } }, 'auth.credentials'],
     [{ connectString: 'zk1:2181', auth: { credentials: 'nocolon' } }, 'auth.credentials'],

@@ -135,14 +135,13 @@ export async function notifyPartitionOnce() {
 }
 export const fmtMargin = (m) => (m === undefined ? '- vs' : m >= 0 ? `${m} ms before` : `${-m} ms AFTER`);
 /** lossMarginMs() of lib/core/zk-connection.ts: the library declares the loss this long before its deadline. */
-export const LOSS_MARGIN_MS = Math.max(250, opts.sessionTimeoutMs / 5);
+export const LOSS_MARGIN_MS = Math.max(250, opts.sessionTimeoutMs / 10);
 /**
  * How long the server must not have heard from the target when it is silenced. The library's
- * heartbeat (a sync once the newest answer through the leader was sent T/20 ago) leaves short
- * quiet moments only; within one, the event is the last thing the target gets, and its deadline
- * (newest answered sync or write + timeout − margin) comes before the C client's receive timeout
- * (2/3 of the timeout after the last packet it got).
+ * heartbeat (a sync every T/20) leaves short quiet moments only; within one, the event is the
+ * last thing the target gets, and its deadline comes before the C client's receive timeout (2/3
+ * of the timeout after the last packet it got).
  */
-export const QUIET_MS = Math.ceil(Math.min(opts.sessionTimeoutMs / 3 - LOSS_MARGIN_MS + 30, opts.sessionTimeoutMs / 20 * 0.6));
+export const QUIET_MS = Math.ceil((opts.sessionTimeoutMs / 20) * 0.6);
 /** Add to performance.timeOrigin + performance.now() (the proxies' clock) to get now()'s clock. */
 export const PERF_TO_NOW = now() - (performance.timeOrigin + performance.now());
