@@ -54,6 +54,9 @@
 // in one turn of the event loop that way: one request, one reply and one transaction at the server
 // instead of one each (see ZkSession's batching).
 //
+// And a getAcl that fails (NONODE, NOAUTH) no longer kills the process: the addon freed the ACL
+// vector the C client passes as NULL then (SIGSEGV).
+//
 // The rebuilt addon carries a marker constant, ZooKeeper.NESTJS_ZK_LOCK_FD_FIX (the fix's version),
 // which the library checks.
 'use strict';
@@ -62,7 +65,7 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 9;
+const FIX_VERSION = 10;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {
@@ -304,6 +307,11 @@ const ADDON_HUNKS = [
   {
     before: `        Nan::SetPrototypeMethod(constructor_template,  "a_delete_",  ADelete);\n`,
     after: `        Nan::SetPrototypeMethod(constructor_template,  "a_delete_",  ADelete);\n        Nan::SetPrototypeMethod(constructor_template,  "a_multi",  AMulti);\n`,
+  },
+  {
+    // A failed get_acl (NONODE, NOAUTH) comes with no vector: freeing it crashed the process.
+    before: `        argv[3] = stat != NULL ? zkk->createStatObject(stat) : Nan::Null().As<Object>();\n\n        deallocate_ACL_vector(acl);\n`,
+    after: `        argv[3] = stat != NULL ? zkk->createStatObject(stat) : Nan::Null().As<Object>();\n\n        if (acl != NULL) deallocate_ACL_vector(acl);\n`,
   },
   {
     before: `        NODE_DEFINE_CONSTANT(constructor, ZSESSIONMOVED);\n`,

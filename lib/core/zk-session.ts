@@ -28,7 +28,7 @@ function loadAddon(): NativeZooKeeperClass {
  * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
  * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
  */
-export const ADDON_FIX_VERSION = 7;
+export const ADDON_FIX_VERSION = 10;
 let loadedFixVersion: number | undefined;
 export function addonFixVersion(): number {
   if (loadedFixVersion === undefined) {

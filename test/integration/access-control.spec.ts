@@ -72,6 +72,12 @@ describe('access control: digest auth and locked-down parents', () => {
     await lease.release();
   });
 
+  it('reading the ACL of a missing node fails with NONODE (the process lives on)', async () => {
+    const observer = await connect();
+    await expect(observer.session!.getAcl(uniquePath('no-such-node'))).rejects.toMatchObject({ codeName: 'NONODE' });
+    expect(await observer.session!.exists('/')).not.toBeNull();
+  });
+
   it('never puts credentials in errors or descriptions', async () => {
     const connection = new ZkConnection({ connectString: '127.0.0.1:1', connectTimeoutMs: 500, auth: ALICE });
     const error = await connection.connect().catch((e: unknown) => e);
