@@ -3,7 +3,7 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import { ZkCode, ZkError } from '../zk-error.js';
-import { ClientWatches, RequestClock, type WatchListener } from '../session-bookkeeping.js';
+import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../zk-session.js';
 import { Fifo } from './fifo.js';
@@ -103,7 +103,7 @@ export class WireZkSession implements ZkSession {
   private closed = false;
   private abandoned = false;
   private everConnected = false;
-  private readonly requests = new RequestClock();
+  private readonly requests: RequestClock;
   private readonly watches = new ClientWatches();
   private readonly serverWatches = new ServerWatches();
   private readonly batcher: WriteBatcher;
@@ -117,6 +117,8 @@ export class WireZkSession implements ZkSession {
     this.hosts = new HostList(hosts);
     this.chroot = new Chroot(chroot);
     this.requestedTimeoutMs = init.sessionTimeoutMs;
+    const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
+    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs));
     if (init.sessionId !== undefined) {
       this.sessionId = BigInt(`0x${init.sessionId}`);
       this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
@@ -304,9 +306,9 @@ export class WireZkSession implements ZkSession {
       this.setWatchesOutstanding++;
       this.write(setWatches);
     }
-    if (this.closed) return; // a replayed auth cannot fail synchronously, but stay safe
     // A new session's deadline may start now; a re-attached one's moves only with answers (see NativeZkSession).
     if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
+    this.requests.newLink();
     this.everConnected = true;
     this.events.onConnected();
   }
