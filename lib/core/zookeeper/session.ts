@@ -381,19 +381,27 @@ export class WireZkSession implements ZkSession {
     this.batcher.failQueued(ZkCode.SESSIONEXPIRED);
   }
 
-  /** Ends the session: closeSession goes out, and the socket is left to the server to close (never waited for). */
-  close(): void {
-    if (this.closed) return;
+  /**
+   * Ends the session: closeSession goes out and nothing waits for it here. The promise (which the
+   * ZkSession seam does not carry: its close() returns void) resolves once the server has closed
+   * the link after its answer, i.e. the session and its ephemerals are gone, or after 2 s.
+   */
+  close(): Promise<void> {
+    if (this.closed) return Promise.resolve();
     this.closed = true;
     const wasConnected = this.state === 'connected';
     this.state = 'closed';
     clearInterval(this.timer);
     const socket = this.socket;
     this.socket = undefined;
+    let ended = Promise.resolve();
     if (socket && wasConnected) {
+      ended = new Promise((resolve) => {
+        socket.once('close', () => resolve());
+        setTimeout(() => socket.destroy(), 2000).unref();
+      });
       socket.write(encodeRequest(++this.nextXid, OpCode.closeSession));
       socket.unref();
-      setTimeout(() => socket.destroy(), 2000).unref();
     } else {
       socket?.destroy();
     }
@@ -402,6 +410,7 @@ export class WireZkSession implements ZkSession {
     this.failReplies(ZkCode.CLOSING);
     this.batcher.failQueued(ZkCode.INVALIDSTATE);
     this.dispatchBacklog();
+    return ended;
   }
 
   /**
