@@ -322,6 +322,22 @@ export class ZkEnsembleHandle extends ZkServerHandle {
       return leaders.length === 1 && !exclude.includes(leaders[0]) ? leaders[0] : undefined;
     }, timeoutMs);
   }
+  /**
+   * Waits until one server leads and every other one follows; returns the leader, a follower and
+   * the servers other than that follower.
+   * @param {number} [timeoutMs]
+   * @returns {Promise<{ leader: number, follower: number, others: number[] }>}
+   */
+  async healthy(timeoutMs = 60_000) {
+    const leader = await this.waitForLeader([], timeoutMs);
+    await waitFor('every server to serve', async () => {
+      const modes = await Promise.all(this.servers.map((s) => this.mode(s.id, 1000)));
+      return modes.every((m) => m === 'leader' || m === 'follower') ? true : undefined;
+    }, timeoutMs);
+    const ids = this.servers.map((s) => s.id);
+    const follower = /** @type {number} */ (ids.find((id) => id !== leader));
+    return { leader, follower, others: ids.filter((id) => id !== follower) };
+  }
 }
 
 /**

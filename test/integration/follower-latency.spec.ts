@@ -12,7 +12,6 @@ import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TEST_SERVER_TICK_MS, uniquePath } from '../support/helpers.js';
 import { startEnsemble, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
 
-const SERVERS = [1, 2, 3];
 let ensemble: ZkEnsembleHandle;
 const connections: ZkConnection[] = [];
 const servers: Server[] = [];
@@ -60,16 +59,6 @@ async function latencyProxy(targetPort: number, delay: { ms: number }): Promise<
   return (server.address() as { port: number }).port;
 }
 
-async function healthyEnsemble(): Promise<{ leader: number; follower: number; others: number[] }> {
-  const leader = await ensemble.waitForLeader([], 60_000);
-  await waitFor('every server to serve', async () => {
-    const modes = await Promise.all(SERVERS.map((id) => ensemble.mode(id, 1000)));
-    return modes.every((m) => m === 'leader' || m === 'follower') ? true : undefined;
-  }, 60_000);
-  const follower = SERVERS.find((id) => id !== leader)!;
-  return { leader, follower, others: SERVERS.filter((id) => id !== follower) };
-}
-
 const T = 4000;
 const D = Number(process.env.LATENCY_MS ?? 1500);
 const CUT_AFTER_MS = Number(process.env.CUT_AFTER_MS ?? 30);
@@ -78,7 +67,7 @@ it(`a holder on a follower whose answers come ${D} ms late, cut off from the lea
   const results: string[] = [];
   let violations = 0;
   for (let round = 0; round < Number(process.env.ROUNDS ?? 3); round++) {
-    const { follower, others } = await healthyEnsemble();
+    const { follower, others } = await ensemble.healthy();
     const delay = { ms: 0 };
     const port = await latencyProxy(ensemble.server(follower).port, delay);
     const a = new ZkConnection({ connectString: `127.0.0.1:${port}`, sessionTimeoutMs: T, serverTickTimeMs: TEST_SERVER_TICK_MS });

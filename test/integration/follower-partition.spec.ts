@@ -53,17 +53,6 @@ async function open(connectString: string, sessionTimeoutMs: number): Promise<Zk
   return connection;
 }
 
-/** Every server serving, one of them leading; returns the leader and a follower. */
-async function healthyEnsemble(): Promise<{ leader: number; follower: number; others: number[] }> {
-  const leader = await ensemble.waitForLeader([], 60_000);
-  await waitFor('every server to serve', async () => {
-    const modes = await Promise.all(SERVERS.map((id) => ensemble.mode(id, 1000)));
-    return modes.every((m) => m === 'leader' || m === 'follower') ? true : undefined;
-  }, 60_000);
-  const follower = SERVERS.find((id) => id !== leader)!;
-  return { leader, follower, others: SERVERS.filter((id) => id !== follower) };
-}
-
 /** Whether server `id`'s `cons` lists the session. */
 async function servesSession(id: number, sessionId: string): Promise<boolean> {
   const cons = await ensemble.fourLetter(id, 'cons').catch(() => '');
@@ -150,7 +139,7 @@ const CONFIGURATIONS = [
 
 describe.each(CONFIGURATIONS)('a holder whose follower is cut off from the leader ($label, session timeout $sessionTimeoutMs ms)', ({ alone, sessionTimeoutMs }) => {
   it.each(RECIPES)('$name: the holder lets go before the other process is granted', async (recipe) => {
-    const { follower, others } = await healthyEnsemble();
+    const { follower, others } = await ensemble.healthy();
     const aConnection = await connectA(follower, sessionTimeoutMs, alone);
     const bConnection = await open(others.map(address).join(','), 4000);
     const path = uniquePath('follower-partition');

@@ -1,14 +1,6 @@
-/** A seeded PRNG (mulberry32): a failing randomized test names an input or a run it can replay. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from '../../scripts/support/prng.mjs';
+
+export { prng };
 
 /**
  * A randomized run's generator, seeded from `envVar` when set (to replay a run) or from the clock,

@@ -4,17 +4,9 @@
 // driven by ZooKeeper's timing, so a replay repeats the recipe, the options and the faults, not
 // every interleaving. Only node builtins.
 
-/** mulberry32, as test/support/prng.ts. @param {number} seed @returns {() => number} */
-export function prng(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+import { prng } from '../../support/prng.mjs';
+
+export { prng };
 
 export const RECIPES = /** @type {const} */ (['mutex', 'semaphore', 'read-write', 'multi-lock', 'leadership']);
 /** Faults on one client (its proxy, session or engine) or on the lock's nodes, or the whole process (stall). */
