@@ -229,9 +229,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const session = this.current;
     this.current = undefined;
     this.linkUpWaiters = [];
-    session?.close();
+    const ended = session?.close();
     this.setState('closed');
     this.emit('closed');
+    // A session that ends asynchronously (the wire client) is gone from the server once this resolves.
+    await ended;
   }
 
   private async openFirstSession(): Promise<void> {

@@ -184,7 +184,11 @@ export interface ZkSession {
    * writes and syncs (see RequestClock).
    */
   readonly lastAnsweredSentAt: number;
-  close(): void;
+  /**
+   * Ends the session (its ephemeral nodes go with it). May resolve once the server has ended it
+   * (the C client's blocks until then instead).
+   */
+  close(): void | Promise<void>;
   /**
    * The connection gave this session up (declared it lost) and will close it later: from now on
    * it is closed to its users (`isClosed`), no answer resolves a request (they fail with
