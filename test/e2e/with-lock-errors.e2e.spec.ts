@@ -4,13 +4,13 @@ import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { InvalidOptionError } from '../../lib/core/errors.js';
 import { SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
+import { CreateMode } from '../../lib/core/zk-session.js';
 import type { WithLockOptions } from '../../lib/nest/with-lock-options.interface.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import type { ZkLockModuleOptions } from '../../lib/nest/zk-lock-module-options.interface.js';
-import { closeAll, engine, zkConnectString } from '../support/helpers.js';
+import { closeAll, connect, zkConnectString } from '../support/helpers.js';
 
 // What a caller and the operator learn when @WithLock cannot run: a bad decorator option fails
 // where it is written (never a request), a key the request cannot turn into a lock name is a 400
@@ -123,10 +123,12 @@ describe('a key the request cannot turn into a lock name', () => {
 
 describe('ZooKeeper refusing the application\'s credentials (NOAUTH)', () => {
   it('is a 503 with a log line naming the credentials as the cause', async () => {
-    // The lock's parent belongs to other credentials (another deployment's, say).
+    // basePath is open (the bootstrap check passes), but this lock's path belongs to other
+    // credentials (another deployment's, say): persistent, so that no reaper removes it meanwhile.
     const basePath = `/e2e-noauth-${process.pid}-${randomUUID().slice(0, 8)}`;
-    const owner = await engine({ auth: { credentials: 'owner:s3cret' } }, { parentAcl: SECURE_PARENT_ACL });
-    await (await new Mutex(owner, 'orders', `${basePath}/orders`).acquire()).release();
+    await (await connect()).session!.create(basePath, Buffer.alloc(0), CreateMode.PERSISTENT);
+    const owner = await connect({ auth: { credentials: 'owner:s3cret' } });
+    await owner.session!.create(`${basePath}/orders`, Buffer.alloc(0), CreateMode.PERSISTENT, SECURE_PARENT_ACL);
 
     @Controller('orders')
     class Orders {
