@@ -54,6 +54,8 @@ export interface LeaseOptions {
  * how loss is noticed once someone looks at the signal (`armSignal`).
  */
 const ABORTED = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'aborted')!.get! as (this: AbortSignal) => boolean;
+const REASON = Object.getOwnPropertyDescriptor(AbortSignal.prototype, 'reason')!.get! as (this: AbortSignal) => unknown;
+const THROW_IF_ABORTED = AbortSignal.prototype.throwIfAborted as (this: AbortSignal) => void;
 
 export abstract class HeldLease implements Lease {
   abstract readonly sessionId: string;
@@ -106,26 +108,28 @@ export abstract class HeldLease implements Lease {
   }
 
   /**
-   * The signal's `aborted` checks the clock (isHeld) before it answers: after a stall past the
-   * session's deadline no timer has run yet, and `if (signal.aborted) return; write()` must not
-   * see a live signal. (The signal object itself stays a plain AbortSignal for everyone else.)
+   * The signal's `aborted`, `reason` and `throwIfAborted()` check the clock (isHeld) first: after
+   * a stall past the session's deadline no timer has run yet, and `if (signal.aborted) return;
+   * write()` must not see a live signal. Listeners and signals derived from it (AbortSignal.any)
+   * hear of the loss when its timer or such a check fires.
    */
   private newController(): AbortController {
     const controller = new AbortController();
     const signal = controller.signal;
     let checking = false;
-    Object.defineProperty(signal, 'aborted', {
-      get: () => {
-        if (!checking && !ABORTED.call(signal)) {
-          checking = true;
-          try {
-            void this.isHeld;
-          } finally {
-            checking = false;
-          }
-        }
-        return ABORTED.call(signal);
-      },
+    const check = () => {
+      if (checking || ABORTED.call(signal)) return;
+      checking = true;
+      try {
+        void this.isHeld;
+      } finally {
+        checking = false;
+      }
+    };
+    Object.defineProperties(signal, {
+      aborted: { get: () => (check(), ABORTED.call(signal)) },
+      reason: { get: () => (check(), REASON.call(signal)) },
+      throwIfAborted: { value: () => (check(), THROW_IF_ABORTED.call(signal)) },
     });
     return controller;
   }

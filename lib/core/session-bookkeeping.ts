@@ -88,25 +88,27 @@ export function reportLagMs(serverTickTimeMs: number, sessionTimeoutMs: number):
  * a write or a sync goes through the leader. And even that answer does not show that the leader
  * heard of the session then: the follower reports the sessions it heard from in its replies to
  * the leader's pings, every tickTime/2, on the same stream on which it forwards our writes and
- * syncs. So when a write or sync sent at s on a link is answered, the leader had heard of every
- * request sent on that link `reportLag` or more before s (a ping reply carrying it went ahead of
- * the forwarded request): the newest such send time is the bound.
+ * syncs. So when a write or sync R sent at s on a link is answered, the leader had heard of every
+ * request Q of that link that the server had already answered `reportLag` or more before s: the
+ * follower had Q by Q's answer, and R no sooner than s, so a ping reply naming us went ahead of R.
+ * The newest send time of such a Q is the bound. Answer times, not send times: a request can wait
+ * on its way (a stalled link, a batch held back) and reach the server together with a later one.
  */
 export class RequestClock {
   lastAnsweredSentAt = performance.now();
   /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
   private readonly pending = new Set<{ sentAt: number; link: number }>();
-  /** Send times of this link's requests, oldest first (trimmed to what an answer can still use). */
-  private sends: number[] = [];
+  /** This link's answered requests: when each answer came, and the newest send time answered by then. */
+  private answers: { answeredAt: number; newestSentAt: number }[] = [];
   private head = 0;
   private link = 0;
 
   constructor(private readonly reportLag: () => number = () => reportLagMs(DEFAULT_SERVER_TICK_MS, Infinity)) {}
 
-  /** A new connection to a server: requests sent on an earlier one say nothing about this one's reports. */
+  /** A new connection to a server: what earlier ones carried says nothing about this one's reports. */
   newLink(): void {
     this.link++;
-    this.sends = [];
+    this.answers = [];
     this.head = 0;
   }
 
@@ -118,15 +120,15 @@ export class RequestClock {
   sent(viaLeader: boolean): (code: number) => boolean {
     const request = { sentAt: performance.now(), link: this.link };
     this.pending.add(request);
-    this.sends.push(request.sentAt);
-    this.trim();
     return (code) => {
       this.pending.delete(request);
       const fromServer = answeredByServer(code);
-      if (viaLeader && fromServer && request.link === this.link) {
-        const heard = this.newestSentBy(request.sentAt - this.reportLag());
+      if (!fromServer || request.link !== this.link) return fromServer;
+      if (viaLeader) {
+        const heard = this.newestAnsweredBy(request.sentAt - this.reportLag());
         if (heard !== undefined && heard > this.lastAnsweredSentAt) this.lastAnsweredSentAt = heard;
       }
+      this.remember(request.sentAt);
       return fromServer;
     };
   }
@@ -136,28 +138,31 @@ export class RequestClock {
     return oldest ? performance.now() - oldest.sentAt : 0;
   }
 
-  /** The newest send time on this link at or before `time`. */
-  private newestSentBy(time: number): number | undefined {
+  /** The newest send time among this link's requests answered at or before `time`. */
+  private newestAnsweredBy(time: number): number | undefined {
     let low = this.head;
-    let high = this.sends.length - 1;
+    let high = this.answers.length - 1;
     let found: number | undefined;
     while (low <= high) {
       const mid = (low + high) >> 1;
-      if (this.sends[mid]! <= time) {
-        found = this.sends[mid];
+      if (this.answers[mid]!.answeredAt <= time) {
+        found = this.answers[mid]!.newestSentAt;
         low = mid + 1;
       } else high = mid - 1;
     }
     return found;
   }
 
-  /** Keeps the newest send that an answer still to come could use, and everything after it. */
-  private trim(): void {
+  /** Records an answer now; keeps the newest entry an answer still to come could use, and all after it. */
+  private remember(sentAt: number): void {
+    const now = performance.now();
+    const last = this.answers[this.answers.length - 1];
+    this.answers.push({ answeredAt: now, newestSentAt: Math.max(sentAt, last?.newestSentAt ?? -Infinity) });
     const oldest = this.pending.values().next().value;
-    const bound = (oldest?.sentAt ?? performance.now()) - this.reportLag();
-    while (this.head + 1 < this.sends.length && this.sends[this.head + 1]! <= bound) this.head++;
-    if (this.head > 1024 && this.head * 2 > this.sends.length) {
-      this.sends = this.sends.slice(this.head);
+    const bound = (oldest?.sentAt ?? now) - this.reportLag();
+    while (this.head + 1 < this.answers.length && this.answers[this.head + 1]!.answeredAt <= bound) this.head++;
+    if (this.head > 1024 && this.head * 2 > this.answers.length) {
+      this.answers = this.answers.slice(this.head);
       this.head = 0;
     }
   }

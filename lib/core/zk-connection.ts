@@ -359,8 +359,10 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private confirming: number | undefined;
   /** Asked to run when the link is back, before its confirming sync (see onLinkUp). */
   private linkUpWaiters: { session: ZkSession; run: () => void }[] = [];
-  /** A request went out after the confirming sync: confirm again once it is answered. */
-  private reconfirm = false;
+  /** The link on which a request went out after its confirming sync: confirm it again. */
+  private reconfirm: number | undefined;
+  /** onLinkUp runs scheduled and not yet run: a confirmation waits for them to have sent. */
+  private linkUpRuns = 0;
 
   /**
    * Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
@@ -375,8 +377,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       this.linkUpWaiters.push({ session, run });
       return;
     }
-    if (this.currentState !== 'connected') this.reconfirm = true;
-    setImmediate(() => session === this.current && !session.isClosed && run());
+    if (this.currentState !== 'connected') this.reconfirm = this.link;
+    this.linkUpRuns++;
+    setImmediate(() => {
+      this.linkUpRuns--;
+      if (session === this.current && !session.isClosed) run();
+    });
   }
 
   /** Disconnected: the session lives on until its deadline (the deadline timer keeps running). */
@@ -402,7 +408,6 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const link = this.link;
     if (this.confirming === link) return;
     this.confirming = link;
-    this.reconfirm = false;
     // Watches to set again go first, on this link, ahead of the confirming sync.
     const waiters = this.linkUpWaiters.filter((w) => w.session === session);
     this.linkUpWaiters = [];
@@ -413,9 +418,10 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private confirmLink(session: ZkSession, link: number): void {
     const confirmed = () => {
       if (session !== this.current || this.currentState !== 'suspended' || link !== this.link || this.confirming !== link) return;
-      if (this.reconfirm) {
-        // Something went out after this sync (onLinkUp): a sync sent after it confirms (its run goes first).
-        this.reconfirm = false;
+      if (this.reconfirm !== undefined || this.linkUpRuns > 0) {
+        // Something went out after this sync, or is about to (onLinkUp): a sync sent after it
+        // confirms (the runs scheduled so far go first).
+        this.reconfirm = undefined;
         setImmediate(() => this.confirmLink(session, link));
         return;
       }
@@ -426,6 +432,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     };
     // Failed (the link dropped again, or the server refused): the next connect or watchdog round retries.
     const failed = () => void (this.confirming === link && (this.confirming = undefined));
+    // In order with what waits to be sent (a watch set again, say), not ahead of it.
     session.sync('/').then(confirmed, failed);
   }
 
@@ -457,7 +464,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     beats.sentAt = now;
     beats.inFlight++;
     const done = () => void beats.inFlight--;
-    session.sync('/').then(done, done);
+    session.sync('/', { urgent: true }).then(done, done);
   }
 
   private sessionLost(session: ZkSession, reason: SessionLostReason): void {

@@ -204,7 +204,11 @@ export interface ZkSession {
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null>;
   setData(path: string, data: Buffer, version?: number): Promise<ZkStat>;
   delete(path: string, version?: number, options?: WriteOptions): Promise<void>;
-  sync(path: string): Promise<void>;
+  /**
+   * Makes the server this session reads from catch up with the leader. `urgent`: sent at once,
+   * ahead of requests still waiting to be sent (the heartbeat); otherwise in order with them.
+   */
+  sync(path: string, options?: { urgent?: boolean }): Promise<void>;
   setAcl(path: string, acl: readonly ZkAcl[], version?: number): Promise<void>;
   getAcl(path: string): Promise<ZkAcl[]>;
   addAuth(scheme: string, credentials: string): Promise<void>;
@@ -408,12 +412,12 @@ export class NativeZkSession implements ZkSession {
   }
 
   /**
-   * Makes the server this session reads from catch up with the leader. The connection's heartbeat:
-   * it skips the backlog, so a burst of reads waiting there does not hold back the answer that
-   * keeps the session's deadline fresh (reads no longer move it).
+   * Makes the server this session reads from catch up with the leader. `urgent` (the connection's
+   * heartbeat) skips the backlog, so a burst waiting there does not hold back the answer that keeps
+   * the session's deadline fresh; the sync that confirms a new link must not (see ZkConnection.resume).
    */
-  sync(path: string): Promise<void> {
-    return this.call('sync', path, (done) => this.ops.a_sync(path, (rc) => done(rc, undefined)), { urgent: true });
+  sync(path: string, options?: { urgent?: boolean }): Promise<void> {
+    return this.call('sync', path, (done) => this.ops.a_sync(path, (rc) => done(rc, undefined)), { urgent: options?.urgent });
   }
 
   setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {

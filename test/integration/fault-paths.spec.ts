@@ -66,7 +66,7 @@ describe('mutual exclusion under faults', () => {
     expect(lease.isHeld).toBe(true);
     const until = performance.now() + timeoutMs + 200;
     while (performance.now() < until); // a stall: no timer, no I/O callback runs
-    expect(signal.aborted).toBe(true); // what `if (signal.aborted) return; write()` reads first
+    expect(() => signal.throwIfAborted()).toThrow(); // what `signal.throwIfAborted(); write()` does first
     const heldAfterStall = lease.isHeld;
     expect({ heldAfterStall, aborted: signal.aborted }).toEqual({ heldAfterStall: false, aborted: true });
     expect(signal.reason).toMatchObject({ reason: 'session-timeout' });

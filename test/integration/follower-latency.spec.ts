@@ -4,7 +4,9 @@
 // leader heard of it: the deadline counts from a request sent a report's time before it (see
 // RequestClock). With the slow link, heartbeats pile up unanswered; counted from the newest
 // answered sync, the deadline came after the leader had expired the session (another client held
-// while our signal was live).
+// while our signal was live). Nor does the send time of a request that waited on its way (a
+// stalled link) and reached the server together with a later one: only answers say when the
+// follower had a request.
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
@@ -59,8 +61,39 @@ async function latencyProxy(targetPort: number, delay: { ms: number }): Promise<
   return (server.address() as { port: number }).port;
 }
 
+/** Client->server bytes are held while `gate.held`, then written at once on release(). */
+async function holdingProxy(targetPort: number, gate: { held: boolean; release?: () => void }): Promise<number> {
+  const server = createServer((client) => {
+    sockets.add(client);
+    const upstream = netConnect(targetPort, '127.0.0.1');
+    sockets.add(upstream);
+    let buffered: Buffer[] = [];
+    client.on('data', (d) => {
+      if (gate.held) buffered.push(d);
+      else upstream.write(d);
+    });
+    gate.release = () => {
+      gate.held = false;
+      upstream.write(Buffer.concat(buffered));
+      buffered = [];
+    };
+    upstream.on('data', (d) => client.writable && client.write(d));
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+    client.on('error', end);
+    upstream.on('error', end);
+  });
+  servers.push(server);
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+  return (server.address() as { port: number }).port;
+}
+
 const T = 4000;
-const D = Number(process.env.LATENCY_MS ?? 1500);
+const D = Number(process.env.LATENCY_MS ?? 1000);
 const CUT_AFTER_MS = Number(process.env.CUT_AFTER_MS ?? 30);
 
 it(`a holder on a follower whose answers come ${D} ms late, cut off from the leader ${CUT_AFTER_MS} ms after a heartbeat: it lets go before another process is granted`, async () => {
@@ -109,6 +142,76 @@ it(`a holder on a follower whose answers come ${D} ms late, cut off from the lea
     const line =
       `round ${round}: follower ${follower}; heartbeat sends relative to the cut: ${sends.map((s) => Math.round(s - cutAt!)).join(', ')}; ` +
       `A's lastAnsweredSentAt ${at(lastAnswered)}; B granted ${at(grant?.at)} (A's signal then ${grant ? (grant.aborted ? 'aborted' : 'LIVE') : '-'}); A's signal aborted ${at(abortedAt)}`;
+    results.push(line);
+    process.stderr.write(line + '\n');
+    if (grant && !grant.aborted) violations++;
+    ensemble.rejoin(follower);
+    const bLease = await Promise.race([bTaking, sleep(20_000).then(() => undefined)]);
+    await bLease?.release().catch(() => undefined);
+    await Promise.all(connections.splice(0).map((c) => c.close().catch(() => undefined)));
+    await waitFor(`server ${follower} to rejoin`, async () => ((await ensemble.mode(follower, 1000)) === 'follower' ? true : undefined), 60_000);
+  }
+  expect(violations === 0 ? 'A always let go first' : `${violations} violation(s):\n${results.join('\n')}`).toBe('A always let go first');
+}, 600_000);
+
+const HOLD = Number(process.env.HOLD_MS ?? 2000);
+
+it(`a holder whose requests wait ${HOLD} ms on the way to its follower and arrive together, the follower cut off right after: it lets go before another process is granted`, async () => {
+  const results: string[] = [];
+  let violations = 0;
+  for (let round = 0; round < Number(process.env.ROUNDS ?? 2); round++) {
+    const { follower, others } = await ensemble.healthy();
+    const gate: { held: boolean; release?: () => void } = { held: false };
+    const port = await holdingProxy(ensemble.server(follower).port, gate);
+    const a = new ZkConnection({ connectString: `127.0.0.1:${port}`, sessionTimeoutMs: T, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    const b = new ZkConnection({ connectString: others.map(address).join(','), sessionTimeoutMs: T, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    connections.push(a, b);
+    await a.connect();
+    await b.connect();
+    const path = uniquePath('held-requests');
+    const lease = await new Mutex(new LockEngine(a, { app: 'a' }), 'm', path).acquire();
+    let abortedAt: number | undefined;
+    lease.signal.addEventListener('abort', () => (abortedAt = performance.now()), { once: true });
+    let grant: { at: number; aborted: boolean } | undefined;
+    const bTaking = new Mutex(new LockEngine(b, { app: 'b' }), 'm', path).acquire().then((l) => {
+      grant = { at: performance.now(), aborted: lease.signal.aborted };
+      return l;
+    });
+    bTaking.catch(() => undefined);
+    await sleep(1000);
+
+    const session = a.session!;
+    const holdAt = performance.now();
+    gate.held = true;
+    // Ordinary application traffic during the hold: a read every 100 ms, one sync near its end.
+    const reads = setInterval(() => void session.exists('/').catch(() => undefined), 100);
+    await sleep(HOLD - 60);
+    clearInterval(reads);
+    const before = session.lastAnsweredSentAt;
+    let syncAnsweredAt: number | undefined;
+    let cutAt: number | undefined;
+    void session.sync('/').then(
+      () => {
+        syncAnsweredAt = performance.now();
+        ensemble.isolate(follower); // the moment the leader answered the held sync
+        cutAt = performance.now();
+      },
+      () => undefined,
+    );
+    await sleep(50);
+    const releasedAt = performance.now();
+    gate.release!();
+    await sleep(200);
+    if (cutAt === undefined) {
+      ensemble.isolate(follower);
+      cutAt = performance.now();
+    }
+    await waitFor('B granted or A lost', async () => (grant || abortedAt !== undefined ? true : undefined), 30_000, 10);
+    await sleep(300);
+    const rel = (t: number | undefined) => (t === undefined ? '-' : `${Math.round(t - holdAt)}`);
+    const line =
+      `round ${round}: (ms from hold start) lastAnsweredSentAt before ${rel(before)}, after ${rel(session.lastAnsweredSentAt)}; released ${rel(releasedAt)}, ` +
+      `sync answered ${rel(syncAnsweredAt)}, cut ${rel(cutAt)}; B granted ${rel(grant?.at)} (A's signal then ${grant ? (grant.aborted ? 'aborted' : 'LIVE') : '-'}); A aborted ${rel(abortedAt)}`;
     results.push(line);
     process.stderr.write(line + '\n');
     if (grant && !grant.aborted) violations++;

@@ -16,63 +16,88 @@ describe('reportLagMs', () => {
 describe('RequestClock: when the leader last heard of us', () => {
   const LAG = 300;
   let clock: RequestClock;
+  let before: number;
   beforeEach(() => {
     jest.useFakeTimers({ now: 0 });
     clock = new RequestClock(() => LAG);
     clock.newLink();
+    before = clock.lastAnsweredSentAt;
   });
   afterEach(() => {
     jest.useRealTimers();
   });
   const advance = (ms: number) => jest.advanceTimersByTime(ms);
-  const start = () => performance.now();
+  const now = () => performance.now();
 
-  it('an answered sync moves it to the newest request sent at least the report lag before that sync', () => {
-    const t0 = start();
+  it('an answered sync moves it to the newest request answered at least the report lag before that sync was sent', () => {
+    const t0 = now();
     const read = clock.sent(false);
-    advance(100);
-    const read2 = clock.sent(false);
-    advance(250);
-    const sync = clock.sent(true);
-    advance(20);
+    advance(10);
     read(OK);
-    read2(OK);
-    expect(clock.lastAnsweredSentAt).toBe(t0); // reads answered: nothing
-    sync(OK);
-    // 350 ms after the first read, 250 ms after the second: only the first was surely reported.
-    expect(clock.lastAnsweredSentAt).toBe(t0);
-    advance(400);
-    const sync2 = clock.sent(true);
-    sync2(NO_NODE); // a server's answer counts, whatever its code
-    expect(clock.lastAnsweredSentAt).toBe(t0 + 350); // the first sync itself
+    expect(clock.lastAnsweredSentAt).toBe(before); // a read's answer moves nothing
+    advance(200);
+    const early = clock.sent(true);
+    advance(10);
+    early(OK); // sent 210 ms after the read was answered: not enough
+    expect(clock.lastAnsweredSentAt).toBe(before);
+    advance(200);
+    const sync = clock.sent(true);
+    advance(10);
+    sync(NO_NODE); // any answer of the server's counts
+    expect(clock.lastAnsweredSentAt).toBe(t0); // the read's send time
   });
 
-  it('with no request of this link sent long enough before, an answer moves nothing', () => {
-    const before = clock.lastAnsweredSentAt;
+  it('a request that waited on its way proves nothing until its answer is a report lag old', () => {
+    const t0 = now();
+    const held = clock.sent(false); // a stalled link: it reaches the server with the next one
     advance(1000);
     const sync = clock.sent(true);
+    held(OK);
     advance(10);
     sync(OK);
     expect(clock.lastAnsweredSentAt).toBe(before);
+    advance(LAG);
+    const next = clock.sent(true);
+    advance(10);
+    next(OK);
+    expect(clock.lastAnsweredSentAt).toBe(t0 + 1000); // the first sync's send time
   });
 
-  it('requests of an earlier link do not count, nor does an answer made up by the client', () => {
-    const before = clock.lastAnsweredSentAt;
-    clock.sent(false);
+  it('two writes answered together (one multi) count from that answer', () => {
+    const w1 = clock.sent(true);
+    advance(1200);
+    const w2 = clock.sent(true);
+    advance(1800);
+    w1(OK);
+    w2(OK);
+    expect(clock.lastAnsweredSentAt).toBe(before);
+    advance(400);
+    const sync = clock.sent(true);
+    advance(10);
+    sync(OK);
+    expect(clock.lastAnsweredSentAt).toBe(1200);
+  });
+
+  it('answers of an earlier link, and answers the client made up, move nothing', () => {
+    const old = clock.sent(false);
+    advance(10);
+    old(OK);
     advance(500);
     clock.newLink();
     const sync = clock.sent(true);
     sync(OK);
     expect(clock.lastAnsweredSentAt).toBe(before);
-    advance(500);
-    const lost = clock.sent(true);
+    const lost = clock.sent(false);
     lost(CONNECTION_LOSS);
-    expect(clock.lastAnsweredSentAt).toBe(before);
+    advance(500);
+    const sync2 = clock.sent(true);
+    sync2(OK);
+    expect(clock.lastAnsweredSentAt).toBe(before + 510); // the first sync of this link, not the lost read
   });
 
   it('keeps what an unanswered request still needs through a long burst', () => {
-    const t0 = start();
-    clock.sent(false);
+    const t0 = now();
+    clock.sent(false)(OK);
     advance(LAG);
     const slow = clock.sent(true);
     for (let i = 0; i < 5000; i++) {

@@ -536,11 +536,11 @@ export class WireZkSession implements ZkSession {
     );
   }
 
-  /** The connection's heartbeat: past the backlog (see NativeZkSession.sync). */
-  sync(path: string): Promise<void> {
+  /** `urgent` (the connection's heartbeat): past the backlog (see NativeZkSession.sync). */
+  sync(path: string, options?: { urgent?: boolean }): Promise<void> {
     return this.call('sync', path, isValidPath(path, false), (done) =>
       this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), () => undefined, done),
-      { urgent: true },
+      { urgent: options?.urgent },
     );
   }
 
