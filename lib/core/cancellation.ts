@@ -1,7 +1,6 @@
 import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
 import type { LockEngine } from './lock-engine.js';
 import type { AcquireOptions } from './acquire-options.js';
-import type { ZkConnection } from './zk-connection.js';
 
 /** Why an acquire stopped waiting. */
 export interface Cancel {
@@ -31,7 +30,7 @@ export class Cancellation {
     // that got no answer within its bound met a link that does not answer.
     const bound = waitMs === undefined ? 0 : Math.min(UNANSWERED_MS, waitMs / 2);
     const due = waitMs === undefined ? 0 : performance.now() + waitMs;
-    const links = waitMs ? linkHistory(connection) : undefined;
+    const links = connection.links;
     let recheck: NodeJS.Immediate | undefined;
     const onDeadline = () => {
       if (waitMs === 0) return this.settle({ reason: 'connection' });
@@ -39,7 +38,7 @@ export class Cancellation {
         // The timer may run late (a stalled or starved process) into an outage that began after
         // the wait was due: it ended with the link up, as far as anyone here could know then, so
         // it says connection only if the link had stopped answering by then.
-        const upAtDue = links && links.upAt <= due && links.downAt > due;
+        const upAtDue = links.upAt <= due && links.downAt > due;
         const silentAtDue = upAtDue ? links.unansweredAtDown - (links.downAt - due) : Infinity;
         return this.settle({ reason: silentAtDue >= bound ? 'connection' : 'timeout' });
       }
@@ -129,41 +128,6 @@ export const TRY_ONCE_BOUND_MS = 2_000;
 
 /** A request unanswered this long (or for half the wait, if shorter) means the link is not answering. */
 const UNANSWERED_MS = 1_000;
-
-/** When a connection last came up and went down (performance.now()), for deadlines that run late. */
-interface LinkHistory {
-  upAt: number;
-  downAt: number;
-  /** How long its oldest request had gone unanswered when it went down. */
-  unansweredAtDown: number;
-}
-
-const histories = new WeakMap<ZkConnection, LinkHistory>();
-
-/**
- * The connection's history, followed from its first bounded wait on (one listener per event and
- * connection, for its life; none per waiter).
- */
-function linkHistory(connection: ZkConnection): LinkHistory {
-  let history = histories.get(connection);
-  if (!history) {
-    const links: LinkHistory = { upAt: connection.state === 'connected' ? -Infinity : Infinity, downAt: -Infinity, unansweredAtDown: 0 };
-    const up = () => void (links.upAt = performance.now());
-    const down = (unansweredMs: number) => {
-      links.downAt = performance.now();
-      links.unansweredAtDown = unansweredMs;
-    };
-    connection.listen({
-      connected: up,
-      reconnected: up,
-      suspended: () => down(connection.session?.unansweredForMs() ?? 0),
-      // Lost at its deadline: nothing had been answered for most of the session timeout.
-      lost: () => down(Infinity),
-    });
-    histories.set(connection, (history = links));
-  }
-  return history;
-}
 
 /** The error of an acquire that gave up, with the same text wherever it is made. */
 export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {

@@ -105,6 +105,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     return this.currentState;
   }
 
+  /**
+   * When the link last came up (counted as connected) and went down (performance.now()), and how
+   * long its oldest request had gone unanswered then: for a deadline whose timer ran late.
+   */
+  readonly links = { upAt: Infinity, downAt: -Infinity, unansweredAtDown: 0 };
+
   /** The current session (it may be suspended); undefined before `connect()` and after `close()`. */
   get session(): ZkSession | undefined {
     return this.current;
@@ -495,6 +501,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const previous = this.currentState;
     if (previous === state) return;
     this.currentState = state;
+    if (state === 'connected') this.links.upAt = performance.now();
+    else if (previous === 'connected' || state === 'lost') {
+      this.links.downAt = performance.now();
+      // Lost at its deadline: nothing had been answered for most of the session timeout.
+      this.links.unansweredAtDown = state === 'lost' ? Infinity : (this.current?.unansweredForMs() ?? 0);
+    }
     publish('connectionState', () => ({ state, previous, sessionId: this.current?.id }));
     this.emit('state', state, previous);
   }
