@@ -1,7 +1,10 @@
-// The same ZooKeeper contract against the real server (the C client through a TcpProxy per
-// connection, so a connection can be cut off and its session expired) and against the in-memory one.
+// The same ZooKeeper contract against the real server (through a TcpProxy per connection, so a
+// connection can be cut off and its session expired), with the C client and with the TypeScript
+// wire client, and against the in-memory one.
 import { once } from 'node:events';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { ZkSessionFactory } from '../../lib/core/zk-session.js';
+import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
 import { InMemoryZooKeeper } from '../../lib/testing/in-memory-zookeeper.js';
 import { killSession, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -13,14 +16,15 @@ function suspension(connection: ZkConnection): Promise<unknown> {
   return once(connection as never, 'suspended', { signal: AbortSignal.timeout(20_000) });
 }
 
-describeZooKeeperContract('real ZooKeeper', async (): Promise<ZooKeeperUnderTest> => {
+/** The real server, each connection behind its own TcpProxy, through the sessions `openWith` opens. */
+const realServer = (openWith?: ZkSessionFactory) => async (): Promise<ZooKeeperUnderTest> => {
   const proxies = new Map<ZkConnection, TcpProxy>();
   return {
     // The test server's reaper runs every second (scripts/zookeeper.sh: znode.container.checkIntervalMs).
     reapWithinMs: 10_000,
     async connect(options = {}) {
       const proxy = await TcpProxy.start(zkConnectString());
-      const connection = new ZkConnection({ connectString: proxy.connectString, sessionTimeoutMs: SESSION_TIMEOUT_MS, ...options });
+      const connection = new ZkConnection({ connectString: proxy.connectString, sessionTimeoutMs: SESSION_TIMEOUT_MS, ...options }, openWith);
       proxies.set(connection, proxy);
       await connection.connect();
       return connection;
@@ -48,7 +52,10 @@ describeZooKeeperContract('real ZooKeeper', async (): Promise<ZooKeeperUnderTest
       await Promise.all([...proxies.values()].map((p) => p.close()));
     },
   };
-});
+};
+
+describeZooKeeperContract('real ZooKeeper', realServer()); // the C client (the default session)
+describeZooKeeperContract('real ZooKeeper, wire client', realServer(wireSessionFactory)); // lib/core/zookeeper
 
 describeZooKeeperContract('InMemoryZooKeeper', async (): Promise<ZooKeeperUnderTest> => {
   const server = new InMemoryZooKeeper();

@@ -34,62 +34,61 @@ afterAll(async () => {
 const address = (id: number) => `127.0.0.1:${ensemble.server(id).port}`;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-/** A proxy that passes requests at once and answers `delay.ms` late (order kept). */
-async function latencyProxy(targetPort: number, delay: { ms: number }): Promise<number> {
+/**
+ * A proxy to `targetPort` whose two directions each pass bytes through a function: `toServer` and
+ * `toClient` get the bytes and what writes them on (at once, later, or together with others).
+ */
+async function shapingProxy(
+  targetPort: number,
+  shape: { toServer?: (bytes: Buffer, write: (b: Buffer) => void) => void; toClient?: (bytes: Buffer, write: (b: Buffer) => void) => void },
+): Promise<number> {
   const server = createServer((client) => {
     sockets.add(client);
     const upstream = netConnect(targetPort, '127.0.0.1');
     sockets.add(upstream);
-    let lastAt = 0;
-    client.on('data', (d) => upstream.write(d));
-    upstream.on('data', (d) => {
-      const at = Math.max(performance.now() + delay.ms, lastAt);
-      lastAt = at;
-      setTimeout(() => client.writable && client.write(d), at - performance.now());
-    });
+    const toServer = (b: Buffer) => void (upstream.writable && upstream.write(b));
+    const toClient = (b: Buffer) => void (client.writable && client.write(b));
+    client.on('data', (d) => (shape.toServer ?? ((b, w) => w(b)))(d, toServer));
+    upstream.on('data', (d) => (shape.toClient ?? ((b, w) => w(b)))(d, toClient));
     const end = () => {
       client.destroy();
       upstream.destroy();
     };
-    client.on('close', end);
-    upstream.on('close', end);
-    client.on('error', end);
-    upstream.on('error', end);
+    for (const socket of [client, upstream]) socket.on('close', end).on('error', end);
   });
   servers.push(server);
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
   return (server.address() as { port: number }).port;
 }
 
-/** Client->server bytes are held while `gate.held`, then written at once on release(). */
-async function holdingProxy(targetPort: number, gate: { held: boolean; release?: () => void }): Promise<number> {
-  const server = createServer((client) => {
-    sockets.add(client);
-    const upstream = netConnect(targetPort, '127.0.0.1');
-    sockets.add(upstream);
-    let buffered: Buffer[] = [];
-    client.on('data', (d) => {
-      if (gate.held) buffered.push(d);
-      else upstream.write(d);
-    });
-    gate.release = () => {
-      gate.held = false;
-      upstream.write(Buffer.concat(buffered));
-      buffered = [];
-    };
-    upstream.on('data', (d) => client.writable && client.write(d));
-    const end = () => {
-      client.destroy();
-      upstream.destroy();
-    };
-    client.on('close', end);
-    upstream.on('close', end);
-    client.on('error', end);
-    upstream.on('error', end);
+/** A proxy that passes requests at once and answers `delay.ms` late (order kept). */
+function latencyProxy(targetPort: number, delay: { ms: number }): Promise<number> {
+  let lastAt = 0;
+  return shapingProxy(targetPort, {
+    toClient: (bytes, write) => {
+      const at = Math.max(performance.now() + delay.ms, lastAt);
+      lastAt = at;
+      setTimeout(() => write(bytes), at - performance.now());
+    },
   });
-  servers.push(server);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
-  return (server.address() as { port: number }).port;
+}
+
+/** Client->server bytes are held while `gate.held`, then written at once on release(). */
+function holdingProxy(targetPort: number, gate: { held: boolean; release?: () => void }): Promise<number> {
+  let buffered: Buffer[] = [];
+  let writeOn: ((bytes: Buffer) => void) | undefined;
+  gate.release = () => {
+    gate.held = false;
+    if (buffered.length > 0) writeOn?.(Buffer.concat(buffered));
+    buffered = [];
+  };
+  return shapingProxy(targetPort, {
+    toServer: (bytes, write) => {
+      writeOn = write;
+      if (gate.held) buffered.push(bytes);
+      else write(bytes);
+    },
+  });
 }
 
 const T = 4000;
