@@ -294,8 +294,8 @@ class QueueWaiter {
     if (shortcut && ourPath) this.watchOwnNode(session, ourPath);
     const connection = this.engine.connection;
     // Our node's watch proves it intact only on a confirmed link: after a reconnect the events of
-    // the re-sent watches come in no particular order (the server sends data watches' before
-    // exists watches'), so the head's deletion can arrive before our own node's.
+    // the re-sent watches come in no order of the changes (it depends on the paths), so the head's
+    // deletion can arrive before our own node's.
     const ownIntact = () => {
       const own = this.ownWatch;
       return own !== undefined && own.path === ourPath && own.watch.armed && connection.state === 'connected' && connection.session === session;

@@ -18,8 +18,6 @@ export class NodeWatch {
   /** The first arming's outcome: true once set on the existing node. */
   readonly ready: Promise<boolean>;
   private stopped = false;
-  /** A request failed on a connection error was asked again at once (once in a row). */
-  private retriedAtOnce = false;
 
   constructor(
     private readonly session: ZkSession,
@@ -56,7 +54,6 @@ export class NodeWatch {
       : this.session.exists(this.path, this.listener).then((stat) => stat !== null);
     return read.then(
       (exists) => {
-        this.retriedAtOnce = false;
         if (this.stopped || this.gone) return false;
         if (!exists) {
           this.deleted();
@@ -71,13 +68,6 @@ export class NodeWatch {
           return false;
         }
         if (this.stopped) return false;
-        if (error instanceof ZkError && error.isConnectionError && !this.retriedAtOnce) {
-          // The link dropped under the request: ask again at once. The client sends it on the next
-          // link ahead of the sync that confirms that link (see ZkConnection.resume), so the node's
-          // deletion meanwhile is heard of before the connection counts as connected again.
-          this.retriedAtOnce = true;
-          return this.arm();
-        }
         if (error instanceof ZkError && error.isConnectionError) {
           // Set it again on the next link before that link counts as connected: a deletion of
           // our node while we were away must be heard of first.
