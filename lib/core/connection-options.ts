@@ -1,3 +1,4 @@
+import type { ConnectionOptions as NodeTlsOptions } from 'node:tls';
 import { InvalidOptionError } from './errors.js';
 import { validateZkPath } from './lock-path.js';
 
@@ -26,7 +27,24 @@ export interface ZkConnectionOptions {
    * session to the leader, every tickTime/2 (see the README, Lost locks). Default 2000, ZooKeeper's.
    */
   serverTickTimeMs?: number;
+  /**
+   * TLS to ZooKeeper's `secureClientPort`: `ca`, and `cert` / `key` where the server wants client
+   * certificates. The server's certificate is checked against the host name in `connectString`.
+   */
+  tls?: ZkTlsOptions;
+  /**
+   * Which ZooKeeper client speaks to the ensemble: `typescript` (default, this package's own) or
+   * `addon`, the C client of the optional `zookeeper` package (see the README, The C client addon).
+   */
+  client?: ZkClientKind;
 }
+
+/** @publicApi */
+export type ZkClientKind = 'typescript' | 'addon';
+export const CLIENT_KINDS: readonly ZkClientKind[] = ['typescript', 'addon'];
+
+/** Node's TLS options for the link to ZooKeeper (`host`, `port` and `socket` come from the connect string). */
+export type ZkTlsOptions = Omit<NodeTlsOptions, 'host' | 'port' | 'path' | 'socket'>;
 
 export interface ResolvedConnectionOptions {
   connectString: string;
@@ -36,6 +54,8 @@ export interface ResolvedConnectionOptions {
   connectTimeoutMs: number;
   auth: Required<ZkAuth>[];
   serverTickTimeMs: number;
+  tls: ZkTlsOptions | undefined;
+  client: ZkClientKind;
 }
 
 export const CONNECTION_DEFAULTS = { sessionTimeoutMs: 15_000, connectTimeoutMs: 15_000, serverTickTimeMs: 2000 } as const;
@@ -95,6 +115,18 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
     return { scheme, credentials: a.credentials };
   });
 
+  const client = options.client ?? 'typescript';
+  if (!CLIENT_KINDS.includes(client)) {
+    throw new InvalidOptionError('client', `expected ${CLIENT_KINDS.map((k) => `"${k}"`).join(' or ')}, got ${describe(client)}`);
+  }
+  const tls = options.tls;
+  if (tls !== undefined && (tls === null || typeof tls !== 'object' || Array.isArray(tls))) {
+    throw new InvalidOptionError('tls', `expected an object of TLS options ({ ca, cert, key, ... }), got ${describe(tls)}`);
+  }
+  if (tls !== undefined && client === 'addon') {
+    throw new InvalidOptionError('tls', 'the zookeeper addon (client: "addon") has no TLS; use the default client');
+  }
+
   return {
     connectString: hosts.join(','),
     hosts,
@@ -103,6 +135,8 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
     connectTimeoutMs,
     auth,
     serverTickTimeMs,
+    tls,
+    client,
   };
 }
 

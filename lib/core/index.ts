@@ -3,7 +3,7 @@ export * from './errors.js';
 export { ZkError, ZkCode } from './zk-error.js';
 export { NativeZkSession, CreateMode, ZkPerm, type ZkSession, type ZkSessionFactory, type SessionInit, type SessionEvents, type ZkAcl, type ZkStat, type WatchListener, type WatchEventType } from './zk-session.js';
 export { ZkConnection, type ConnectionState, type ConnectionEvents, type SessionLostReason } from './zk-connection.js';
-export { type ZkConnectionOptions, type ZkAuth, CONNECTION_DEFAULTS } from './connection-options.js';
+export { type ZkConnectionOptions, type ZkAuth, type ZkTlsOptions, type ZkClientKind, CONNECTION_DEFAULTS } from './connection-options.js';
 export { LockEngine, SECURE_PARENT_ACL, type LockEngineOptions } from './lock-engine.js';
 export { resolveLockPath, validateZkPath, sortChildren, sortKey } from './lock-path.js';
 export { type AcquireOptions } from './acquire-options.js';

@@ -2,6 +2,7 @@ import { EventEmitter } from 'node:events';
 import { ConnectionClosedError, ZkConnectError } from './errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { nativeSessionFactory, type ZkSession, type ZkSessionFactory } from './zk-session.js';
+import { wireSessionFactory, wireSessionFactoryWith } from './zookeeper/session.js';
 import { ZkCode } from './zk-error.js';
 import { publish } from './diagnostics.js';
 import { probeHosts } from './host-probe.js';
@@ -82,16 +83,17 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private generation = 0;
   private firstConnect: Promise<void> | undefined;
 
+  private readonly openWith: ZkSessionFactory;
+
   /**
-   * `openWith` opens each session: the C client by default; `nestjs-zk-lock/testing` passes its
-   * in-memory ZooKeeper's.
+   * `openWith` opens each session: by default the client that `options.client` names;
+   * `nestjs-zk-lock/testing` passes its in-memory ZooKeeper's.
    */
-  constructor(
-    options: ZkConnectionOptions,
-    private readonly openWith: ZkSessionFactory = nativeSessionFactory,
-  ) {
+  constructor(options: ZkConnectionOptions, openWith?: ZkSessionFactory) {
     super();
     this.options = resolveConnectionOptions(options);
+    const { client, tls } = this.options;
+    this.openWith = openWith ?? (client === 'addon' ? nativeSessionFactory : tls ? wireSessionFactoryWith({ tls }) : wireSessionFactory);
     // Lock recipes add one listener per held lease; do not warn about "leaks" at 11.
     this.setMaxListeners(0);
   }

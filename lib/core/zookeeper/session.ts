@@ -1,5 +1,5 @@
 // WireZkSession: a ZooKeeper session over node:net in TypeScript (no native code), behind the same
-// ZkSession seam as the C client's NativeZkSession. Opt-in: `new ZkConnection(options, wireSessionFactory)`.
+// ZkSession seam as the C client's NativeZkSession. The default session of ZkConnection.
 import net from 'node:net';
 import tls from 'node:tls';
 import { ZkCode, ZkError } from '../zk-error.js';
