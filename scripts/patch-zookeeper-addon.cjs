@@ -1,6 +1,8 @@
 #!/usr/bin/env node
-// Carries one fix to the `zookeeper` addon (7.3.0) and rebuilds it; runs as this package's
-// postinstall, and by hand: `node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.
+// Carries one fix to the `zookeeper` addon (7.3.0) and rebuilds it. Run by hand by whoever opts into
+// the addon (`client: 'addon'`): `node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`;
+// in this repository it runs on `npm ci` (prepare), for the addon's tests. The package itself
+// installs without any script.
 //
 // The defect: when the C client closes its socket inside zookeeper_interest() (receive timeout on a
 // silent link or after a process stall, or a connect() that fails at once) it returns an error,

@@ -151,7 +151,7 @@ export class LockEngine {
     if (version >= ADDON_FIX_VERSION) return;
     addonWarned = true;
     this.warn(
-      `the zookeeper addon lacks nestjs-zk-lock's fix (version ${version} of ${ADDON_FIX_VERSION}; its postinstall did not run or failed): ` +
+      `the zookeeper addon lacks nestjs-zk-lock's fix (version ${version} of ${ADDON_FIX_VERSION}; the patch did not run or failed): ` +
         'a ZooKeeper connection timeout can hang or abort this process, and with `auth` each lock node is open for a moment after its create. Run ' +
         '`node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.',
     );

@@ -5,9 +5,8 @@ import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type 
 import { ZkLockError } from './errors.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from './write-batch.js';
 
-// `zookeeper` is a CommonJS native addon, loaded through require (one copy of the binding for the
-// ES module and CommonJS builds) and only when a session is opened: `nestjs-zk-lock/testing` and
-// code that only imports types or errors run where the addon was not built.
+// `zookeeper` is an optional CommonJS native addon (client: 'addon'), loaded through require (one
+// copy of the binding for the ES module and CommonJS builds) and only when such a session is opened.
 const requireHere = createRequire(import.meta.url);
 let nativeClass: NativeZooKeeperClass | undefined;
 function loadAddon(): NativeZooKeeperClass {
@@ -15,9 +14,10 @@ function loadAddon(): NativeZooKeeperClass {
     nativeClass ??= requireHere('zookeeper') as NativeZooKeeperClass;
   } catch (error) {
     throw new ZkLockError(
-      `The native "zookeeper" addon could not be loaded (${String(error).split('\n')[0]}). It is compiled when ` +
-        'the package is installed (python3, make and a C/C++ compiler; npm must run install scripts): ' +
-        'run "npm rebuild zookeeper nestjs-zk-lock" (see the README, Install)',
+      `The option client: 'addon' needs the optional "zookeeper" package (the C client), which could not be loaded ` +
+        `(${String(error).split('\n')[0]}). Install it and patch it: "npm install zookeeper@7.3.0 && ` +
+        'node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs" (python3, make and a C/C++ compiler), ' +
+        "or leave out client: 'addon' to use this package's own client (see docs/zookeeper-client.md)",
       { cause: error },
     );
   }
@@ -25,7 +25,7 @@ function loadAddon(): NativeZooKeeperClass {
 }
 
 /**
- * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (our postinstall): without it a
+ * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (run by hand): without it a
  * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
  */
 export const ADDON_FIX_VERSION = 10;

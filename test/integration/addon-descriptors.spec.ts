@@ -7,7 +7,7 @@ import { closeAll, connect, zkConnectString } from '../support/helpers.js';
 // The `zookeeper` addon as published keeps polling a descriptor number its C client closed on a
 // receive timeout, and later removes that number from epoll: whichever socket took it (an HTTP
 // connection, a new session) stops hearing anything, and libuv aborts the process when it next
-// changes that socket's interest. scripts/patch-zookeeper-addon.cjs (our postinstall) fixes it.
+// changes that socket's interest. scripts/patch-zookeeper-addon.cjs (run on npm ci here; by hand for users) fixes it.
 // With the published addon this fixture ended with hung sockets in 2 of 3 runs of 10 silences and
 // in every run of 20 we tried.
 const FIXTURE = fileURLToPath(new URL('./fixtures/descriptor-churn.mjs', import.meta.url));
@@ -44,7 +44,7 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
 
   it('is the build with the fix', async () => {
     const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../lib/core/zk-session.js');
-    // The postinstall may build a later fix version than the library requires (8 adds the reply
+    // The patch may build a later fix version than the library requires (8 adds the reply
     // draining, a speed-up the library does not depend on).
     expect(addonFixVersion()).toBeGreaterThanOrEqual(ADDON_FIX_VERSION);
   });

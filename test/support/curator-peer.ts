@@ -236,7 +236,7 @@ export class CuratorPeer {
       connectString,
     ];
     // Through bash, which closes every inherited fd above 2 and then execs java (so the pid is the
-    // JVM's; dash cannot close fds above 9). Our postinstall builds the C client's sockets
+    // JVM's; dash cannot close fds above 9). The addon patch builds the C client's sockets
     // close-on-exec; this keeps the peer harmless even with an unpatched addon, where a child's copy
     // of a socket kept our connection from reconnecting.
     const child = existsSync('/proc/self/fd') && existsSync('/bin/bash')
