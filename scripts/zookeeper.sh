@@ -3,8 +3,11 @@
 # Debian's `zookeeper` package (3.8). Only the processes this script started are ever signalled.
 #
 #   zookeeper.sh install            install zookeeper (and java) with apt-get when missing
-#   zookeeper.sh start    [--dir D] [--port P] [--owner-pid PID]
-#                                   one standalone server (id 1)
+#   zookeeper.sh start    [--dir D] [--port P] [--owner-pid PID] [--tls need|want|none]
+#                         [--tls-name NAME]
+#                                   one standalone server (id 1); with --tls, a TLS port too
+#                                   (secureClientPort, next to the plain clientPort) with
+#                                   certificates made for this run in D/tls (see TLS below)
 #   zookeeper.sh ensemble [--dir D] [--owner-pid PID] [--peer-ports P1,...,P12]
 #                                   three servers in a quorum (ids 1, 2, 3); with --peer-ports,
 #                                   server I reaches server J (quorum, election port) at the next
@@ -27,6 +30,16 @@
 # D holds server.<id>.{cfg,pid,port}, data.<id>/, log.<id>/zookeeper.out, connect, kind.
 # --owner-pid PID: a detached watchdog runs `stop --dir D` once PID has exited (so a crashed or
 # killed test runner leaves no server behind); a full `stop` ends the watchdog.
+# TLS (--tls CLIENT_AUTH, start only): openssl makes a throw-away CA and, signed by it, a server
+# certificate for NAME (--tls-name, default localhost: SAN DNS:localhost, IP:127.0.0.1; any other
+# name: SAN DNS:NAME only) and a client certificate (CN=zk-test-client), P-256 keys, in D/tls:
+# ca.pem, server.pem (key and certificate: the server's PEM key store), client.crt, client.key.
+# The server takes them as PEM (ssl.keyStore.type=PEM, ssl.trustStore.type=PEM) on the Netty
+# connection factory; ssl.clientAuth is CLIENT_AUTH (need: a client without a certificate signed
+# by the CA is refused). The TLS connect string (localhost:SECURE_PORT) is written to
+# D/secure-connect (the plain one stays the last line of stdout and D/connect); the port to
+# D/server.1.secure-port. Netty's codec and resolver jars, which Debian's zookeeper.jar manifest
+# does not list, are on the server's class path (without them the TLS handshake fails).
 # Environment: ZK_START_TIMEOUT (s, default 60), ZK_STOP_GRACE (s, default 5), JAVA,
 # SERVER_JVMFLAGS (extra JVM flags).
 set -euo pipefail
@@ -34,6 +47,11 @@ set -euo pipefail
 ZK_SERVER_SH=/usr/share/zookeeper/bin/zkServer.sh
 ZK_JAR=/usr/share/java/zookeeper.jar      # its manifest Class-Path lists netty, jute, slf4j-api...
 SLF4J_BINDING=/usr/share/java/slf4j-simple.jar  # ...but no slf4j binding: without one, no server log
+# ...nor netty-codec (SslHandler's base class) and netty-resolver, which the TLS port needs: without
+# them it binds, then fails every handshake (NoClassDefFoundError in the log). Both come with
+# libnetty-java, which libzookeeper-java depends on.
+NETTY_EXTRA=(/usr/share/java/netty-codec.jar /usr/share/java/netty-resolver.jar)
+OPENSSL=${OPENSSL:-openssl}
 JAVA=${JAVA:-java}
 START_TIMEOUT=${ZK_START_TIMEOUT:-60}
 STOP_GRACE=${ZK_STOP_GRACE:-5}
@@ -110,6 +128,7 @@ four() {
       four "$1" "$2" 2>/dev/null || true
   fi
 }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 server_mode() {  # leader|follower|standalone|not-serving|down
   local out; out=$(four "$1" srvr)
   if [[ $out =~ Mode:\ ([a-z]+) ]]; then echo "${BASH_REMATCH[1]}"
@@ -118,7 +137,7 @@ server_mode() {  # leader|follower|standalone|not-serving|down
 }
 
 # --- state in $DIR -------------------------------------------------------------------------------
-DIR='' ID='' PORT='' SIGNAL=TERM OWNER_PID='' PEER_PORTS=''
+DIR='' ID='' PORT='' SIGNAL=TERM OWNER_PID='' PEER_PORTS='' TLS='' TLS_NAME=localhost
 
 use_dir() {  # resolve --dir (or the last auto-created one) for stop/status/restart
   if [ -z "$DIR" ]; then
@@ -191,6 +210,7 @@ launch() {  # id: start the java process detached from us, record its pid
   have_zookeeper || die "ZooKeeper is not installed: run 'bash scripts/zookeeper.sh install'"
   command -v "$JAVA" >/dev/null 2>&1 || die "java not found: run 'bash scripts/zookeeper.sh install'"
   [ -f "$SLF4J_BINDING" ] && cp="$cp:$SLF4J_BINDING"
+  for i in "${NETTY_EXTRA[@]}"; do [ -f "$i" ] && cp="$cp:$i"; done
   local -a extra=()
   read -r -a extra <<<"${SERVER_JVMFLAGS:-}"
   mkdir -p "$logdir"
@@ -241,6 +261,8 @@ wait_up() {
         return 2
       fi
       [ "$(four "$(port_of "$id")" ruok)" = imok ] || { ok=0; continue; }
+      # the TLS port (when there is one) must accept connections too
+      if [ -f "$DIR/server.$id.secure-port" ] && ! port_open "$(cat "$DIR/server.$id.secure-port")"; then ok=0; continue; fi
       # imok comes as soon as the port is open; srvr tells whether it serves requests yet
       mode=$(server_mode "$(port_of "$id")")
       case $kind:$mode in
@@ -330,14 +352,66 @@ stop_watchdog() {  # the watchdog is a session (and process group) leader: end i
   fi
 }
 
+# TLS material for --tls in $DIR/tls (see the header): a CA, a server and a client certificate
+make_tls() {
+  command -v "$OPENSSL" >/dev/null 2>&1 || die "--tls needs openssl ($OPENSSL not found)"
+  local t="$DIR/tls" san who
+  rm -rf "$t"; mkdir -p "$t"
+  if [ "$TLS_NAME" = localhost ]; then san='DNS:localhost,IP:127.0.0.1'; else san="DNS:$TLS_NAME"; fi
+  ossl() { "$OPENSSL" "$@" >>"$t/openssl.log" 2>&1 || die "openssl $1 failed (see $t/openssl.log)"; }
+  ossl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$t/ca.key" -out "$t/ca.pem" \
+    -days 2 -subj "/CN=nestjs-zk-lock throw-away test CA $(basename "$DIR")" \
+    -addext 'basicConstraints=critical,CA:TRUE' -addext 'keyUsage=critical,keyCertSign,cRLSign'
+  for who in server client; do
+    ossl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$t/$who.key" -out "$t/$who.csr" \
+      -subj "/CN=$([ "$who" = server ] && echo "$TLS_NAME" || echo zk-test-client)"
+    if [ "$who" = server ]; then
+      printf 'subjectAltName=%s\nextendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature\n' "$san" >"$t/$who.ext"
+    else
+      printf 'extendedKeyUsage=clientAuth\nkeyUsage=critical,digitalSignature\n' >"$t/$who.ext"
+    fi
+    ossl x509 -req -in "$t/$who.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial -days 2 \
+      -extfile "$t/$who.ext" -out "$t/$who.crt"
+  done
+  # the server's key store: its (PKCS#8) key and certificate in one PEM file
+  cat "$t/server.key" "$t/server.crt" >"$t/server.pem"
+  chmod 600 "$t"/*.key "$t/server.pem"
+}
+tls_cfg() {  # secure-port: the TLS port's lines of the config
+  cat <<EOF
+# TLS (--tls $TLS): Netty serves both ports; the key store and trust store are PEM files
+serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory
+secureClientPort=$1
+secureClientPortAddress=127.0.0.1
+ssl.keyStore.location=$DIR/tls/server.pem
+ssl.keyStore.type=PEM
+ssl.trustStore.location=$DIR/tls/ca.pem
+ssl.trustStore.type=PEM
+ssl.clientAuth=$TLS
+EOF
+}
+
 cmd_start() {
-  local attempt rc port
+  local attempt rc port secure
+  local -a ports
   new_dir
   echo standalone >"$DIR/kind"
+  rm -f "$DIR/server.1.secure-port" "$DIR/secure-connect"
+  [ -z "$TLS" ] || make_tls
   for attempt in 1 2 3; do
-    [ "$attempt" -gt 1 ] && log "port clash; retrying with another port (attempt $attempt)"
-    port=${PORT:-$(free_ports 1)} || die "no free port found"
-    write_cfg 1 "$port"
+    [ "$attempt" -gt 1 ] && log "port clash; retrying with other ports (attempt $attempt)"
+    mapfile -t ports < <(free_ports 2)
+    [ "${#ports[@]}" -eq 2 ] || die "no free port found"
+    port=${PORT:-${ports[0]}}
+    if [ -n "$TLS" ]; then
+      secure=${ports[1]}
+      [ "$secure" != "$port" ] || secure=${ports[0]}
+      write_cfg 1 "$port" "$(tls_cfg "$secure")"
+      printf '%s\n' "$secure" >"$DIR/server.1.secure-port"
+      echo "localhost:$secure" >"$DIR/secure-connect"
+    else
+      write_cfg 1 "$port"
+    fi
     echo "127.0.0.1:$port" >"$DIR/connect"
     rc=0; finish_start 1 || rc=$?
     [ "$rc" -eq 0 ] && return 0
@@ -446,6 +520,8 @@ main() {
       --id) ID=${2:?--id needs a value}; shift 2 ;;
       --owner-pid) OWNER_PID=${2:?--owner-pid needs a value}; shift 2 ;;
       --peer-ports) PEER_PORTS=${2:?--peer-ports needs a value}; shift 2 ;;
+      --tls) TLS=${2:?--tls needs need, want or none}; shift 2 ;;
+      --tls-name) TLS_NAME=${2:?--tls-name needs a value}; shift 2 ;;
       --signal) SIGNAL=${2:?--signal needs a value}; SIGNAL=${SIGNAL#SIG}; shift 2 ;;
       *) usage; die "unknown option: $1" ;;
     esac
@@ -454,6 +530,9 @@ main() {
   [ -z "$ID" ] || [[ $ID =~ ^[0-9]+$ ]] || die "--id must be a number"
   [ -z "$OWNER_PID" ] || kill -0 "$OWNER_PID" 2>/dev/null || die "--owner-pid $OWNER_PID is not a running process"
   case $SIGNAL in TERM | KILL) ;; *) die "--signal must be TERM or KILL" ;; esac
+  case $TLS in '' | need | want | none) ;; *) die "--tls must be need, want or none" ;; esac
+  [[ $TLS_NAME =~ ^[A-Za-z0-9.-]+$ ]] || die "--tls-name must be a DNS name"
+  [ -z "$TLS" ] || [ "$cmd" = start ] || die "--tls is for start only"
   [ -z "$PEER_PORTS" ] || [[ $PEER_PORTS =~ ^[0-9]+(,[0-9]+){11}$ ]] || die "--peer-ports must be 12 comma-separated ports"
   case $cmd in
     install) cmd_install ;;

@@ -34,7 +34,7 @@ export interface ZkConnectionOptions {
   tls?: ZkTlsOptions;
   /**
    * Which ZooKeeper client speaks to the ensemble: `typescript` (default, this package's own) or
-   * `addon`, the C client of the optional `zookeeper` package (see the README, The C client addon).
+   * `addon`, the C client of the optional `zookeeper` package (see docs/zookeeper-client.md).
    */
   client?: ZkClientKind;
 }

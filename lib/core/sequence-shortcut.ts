@@ -4,14 +4,15 @@ import type { WatchListener, ZkSession } from './zk-session.js';
 /** Lock paths remembered at most (beyond it the oldest are forgotten). */
 const MAX_PATHS = 20_000;
 /**
- * Path bytes the shortcut's watches may take in one session. The C client keeps a watch until it
- * fires (it cannot forget one) and sends them all in one packet when it reconnects; a packet over
- * the server's jute.maxbuffer (1 MiB by default) is refused on every try, and the session is lost.
- * Half of that leaves room for the other watches (held leases, waiters).
+ * Path bytes the shortcut's watches may take in one session. A client keeps a watch until it fires
+ * (it cannot forget one) and sends them again when it reconnects; the C client (client: 'addon')
+ * sends them all in one packet, which over the server's jute.maxbuffer (1 MiB by default) is refused
+ * on every try, and the session is lost. Half of that leaves room for the other watches (held
+ * leases, waiters).
  */
 const WATCH_BUDGET_BYTES = 512 * 1024;
 
-/** The watch on one lock path, as the session's C client holds it until it fires. */
+/** The watch on one lock path, as the session's client holds it until it fires. */
 interface PathWatch {
   /** The path's czxid from the latest `exists` reply (undefined until it came, or if missing). */
   czxid: number | undefined;
@@ -96,7 +97,7 @@ export interface Expectation {
  * Our own release is covered by the order of a session's requests: the record is made when our
  * delete is sent, so any create that reads it goes after that delete, and it proves nothing until
  * that delete succeeded. The records belong to one session and are dropped by the engine on any
- * disconnection (not needed for the proof: the C client sets its watches again, first thing on
+ * disconnection (not needed for the proof: the session sets its watches again, first thing on
  * the new connection, and the server then reports a changed or deleted path; the watches count
  * as unarmed until set again) and at its shutdown.
  */

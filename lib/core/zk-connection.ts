@@ -21,7 +21,7 @@ export interface ConnectionEvents {
   closed: [];
   /**
    * The first session is not connected yet: what each server said to a look-up and TCP connect
-   * (the C client retries silently). From 2 s after the start (sooner with a short connectTimeoutMs), then every 10 s.
+   * (the session retries silently). From 2 s after the start (sooner with a short connectTimeoutMs), then every 10 s.
    */
   unreachable: [problems: string[], elapsedMs: number];
 }
@@ -32,7 +32,7 @@ const FIRST_PROBE_MS = 2000;
 const PROBE_EVERY_MS = 10_000;
 
 /**
- * How often the watchdog looks at the C client's state and the heartbeat's due time: at most a
+ * How often the watchdog looks at the session's link state and the heartbeat's due time: at most a
  * fortieth of the session timeout, so that a heartbeat goes out within T/20 + T/40 (see lossMarginMs).
  */
 function watchdogIntervalMs(sessionTimeoutMs: number): number {
@@ -336,7 +336,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
         await this.close();
         return;
       }
-      // Disconnected while preparing: the C client reconnects and we will be called again.
+      // Disconnected while preparing: the session reconnects and we will be called again.
       if (session.isClosed) this.sessionLost(session, 'session-expired');
       else setTimeout(() => isCurrent() && void this.prepareSession(session, isCurrent), 100).unref();
       return;
@@ -446,12 +446,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   /**
    * The native binding misses the "connecting" event when a request is sent on a socket the peer
-   * has just closed; the C client's own state still tells. Checked a few times per second.
+   * has just closed; the session's own link state still tells. Checked a few times per second.
    */
   private checkNativeState(): void {
     const session = this.current;
     if (!session || !this.connectedSessions.has(session)) return;
-    // Keep the deadline fresh (the C client's pings are invisible to us): a request whenever the
+    // Keep the deadline fresh (the session's pings are invisible to us): a request whenever the
     // newest answered one was sent a quarter of the timeout ago, so that an answer has the rest.
     if (this.currentState === 'connected') this.sendHeartbeat(session);
     if (this.currentState === 'connected' && !session.isConnectedNatively) this.suspend(session);
