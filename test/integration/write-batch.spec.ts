@@ -11,7 +11,9 @@ import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
 import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
 import { sequenceOf, sortChildren } from '../../lib/core/lock-path.js';
 import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, NativeZkSession, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
+import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
+import { OpCode } from '../../lib/core/zookeeper/records.js';
+import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
 import { childrenOf, closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { cycles, delay, lastingPath, nameOf, settledFlag, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';
 import { seededRun } from '../support/prng.js';
@@ -28,12 +30,12 @@ afterEach(async () => {
   await closeAll();
 });
 
-/** A bare NativeZkSession, connected: its requests are exactly the ones the test makes. */
+/** A bare session of the default client, connected: its requests are exactly the ones the test makes. */
 function rawSession(connectString = zkConnectString(), sessionTimeoutMs = 20_000): Promise<ZkSession> {
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('raw session: not connected within 20 s')), 20_000);
     let connected = false;
-    const session: ZkSession = new NativeZkSession(
+    const session: ZkSession = wireSessionFactory(
       { connectString, sessionTimeoutMs },
       {
         onConnected: () => {
@@ -57,18 +59,31 @@ interface MultiRecord {
   results?: number[];
 }
 
+/** Request names by opcode, for the tap's counts. */
+const REQUEST_NAMES: Record<number, string> = {
+  [OpCode.create]: 'create',
+  [OpCode.create2]: 'create',
+  [OpCode.createContainer]: 'create',
+  [OpCode.delete]: 'delete',
+  [OpCode.getChildren2]: 'getChildren',
+  [OpCode.getData]: 'getData',
+  [OpCode.exists]: 'exists',
+  [OpCode.setData]: 'setData',
+  [OpCode.sync]: 'sync',
+};
+
 /**
- * What `session` sends to the C client from now on: each multi (ops, then its answer) and a count
- * of every request by the addon's method name ('multi' for multi requests). Wraps the batcher's
- * multi and the addon object's methods, which the session looks up at each send.
+ * What `session` (of the default client) sends from now on: each multi (ops, then its answer) and
+ * a count of every request by name ('multi' for multi requests). Wraps the batcher's multi and the
+ * session's submit, which every request goes through.
  */
 function wireTap(session: ZkSession): { multis: MultiRecord[]; counts: Record<string, number>; total(): number } {
-  const internals = session as unknown as { batcher: { multi: MultiCall }; ops: Record<string, unknown> };
   type MultiCall = (ops: { type: number; path: string }[], cb: (rc: number, err: string, results: { rc: number; path?: string }[]) => void) => number;
+  type Submit = (type: number, ...rest: unknown[]) => number;
+  const internals = session as unknown as { batcher: { multi: MultiCall }; submit: Submit };
   const multis: MultiRecord[] = [];
   const counts: Record<string, number> = {};
   const multi = internals.batcher.multi;
-  expect(typeof multi).toBe('function'); // the patched addon (a_multi) is what is under test
   internals.batcher.multi = (ops, cb) => {
     const record: MultiRecord = { ops: ops.map((o) => ({ type: o.type, path: o.path })) };
     multis.push(record);
@@ -79,15 +94,15 @@ function wireTap(session: ZkSession): { multis: MultiRecord[]; counts: Record<st
       cb(rc, err, results);
     });
   };
-  const ops = internals.ops;
-  for (const name of ['a_create', 'a_create_acl', 'a_delete_', 'a_get_children2', 'a_get', 'a_exists', 'a_set', 'a_sync']) {
-    const original = ops[name] as ((...args: unknown[]) => unknown) | undefined;
-    if (typeof original !== 'function') continue;
-    ops[name] = (...args: unknown[]) => {
+  const submit = internals.submit;
+  expect(typeof submit).toBe('function'); // the TypeScript client's is what is under test
+  internals.submit = (type, ...rest) => {
+    if (type !== OpCode.multi) {
+      const name = REQUEST_NAMES[type] ?? `op${type}`;
       counts[name] = (counts[name] ?? 0) + 1;
-      return original.apply(ops, args);
-    };
-  }
+    }
+    return submit.call(session, type, ...rest);
+  };
   return { multis, counts, total: () => Object.values(counts).reduce((a, b) => a + b, 0) };
 }
 
@@ -163,7 +178,7 @@ describe('the order of a session\'s requests around batched writes', () => {
     expect((await other).children).toEqual([]);
     expect(tap.multis).toHaveLength(1);
     expect(tap.multis[0]!.ops.map((o) => o.path)).toEqual([node(p, 'n-'), node(r, 'm-')]);
-    expect(tap.counts).toEqual({ multi: 1, a_get_children2: 2 });
+    expect(tap.counts).toEqual({ multi: 1, getChildren: 2 });
 
     // Two creates in one path, one multi: numbered in the order asked; a listing asked after both sees both.
     const both = [
@@ -466,12 +481,12 @@ describe('the sequence shortcut with releaseInBackground', () => {
       };
       const background = await perCycles(true);
       // The first create goes alone, then each release's delete with the next create, then the last delete.
-      expect(background.counts).toEqual({ a_create: 1, multi: 19, a_delete_: 1 });
+      expect(background.counts).toEqual({ create: 1, multi: 19, delete: 1 });
       for (const multi of background.multis) {
         expect(multi.ops.map((o) => o.type)).toEqual([OP.DELETE, OP.CREATE]);
         expect(multi.rc).toBe(ZkCode.OK);
       }
-      expect((await perCycles(false)).counts).toEqual({ a_create: 20, a_delete_: 20 });
+      expect((await perCycles(false)).counts).toEqual({ create: 20, delete: 20 });
     });
   }
 
@@ -517,7 +532,7 @@ describe('the sequence shortcut with releaseInBackground', () => {
     await lease.release();
     expect(await lock.tryAcquire()).toBeNull();
     expect(tap.multis.flatMap((m) => m.ops).filter((o) => o.type === OP.DELETE && o.path === lease.path)).toEqual([]);
-    expect(tap.counts.a_delete_ ?? 0).toBeLessThanOrEqual(1); // only our try's own node, if alone
+    expect(tap.counts.delete ?? 0).toBeLessThanOrEqual(1); // only our try's own node, if alone
     await e.drain();
     expect(await childrenOf(observer, path)).toEqual([leaf(theirs)]);
     await foreign.delete(theirs);
