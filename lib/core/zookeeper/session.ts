@@ -396,12 +396,16 @@ export class WireZkSession implements ZkSession {
     this.socket = undefined;
     let ended = Promise.resolve();
     if (socket && wasConnected) {
+      // Both stay referenced: a process awaiting close() (a top-level await, a shutdown hook) must
+      // not exit before the server has ended the session; the timer bounds that wait.
       ended = new Promise((resolve) => {
-        socket.once('close', () => resolve());
-        setTimeout(() => socket.destroy(), 2000).unref();
+        const giveUp = setTimeout(() => socket.destroy(), 2000);
+        socket.once('close', () => {
+          clearTimeout(giveUp);
+          resolve();
+        });
       });
       socket.write(encodeRequest(++this.nextXid, OpCode.closeSession));
-      socket.unref();
     } else {
       socket?.destroy();
     }
