@@ -4,10 +4,11 @@
  * nodes and Curator's); `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free:
  * loads only the core.
  */
-import { realpathSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import type { ZkTlsOptions } from './core/connection-options.js';
 import { ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
 import { ZkConnection } from './core/zk-connection.js';
@@ -38,6 +39,9 @@ Options:
   --permits <n>               semaphore permit count (ZooKeeper does not store it)
   --timeout <ms>              how long to try to connect (default 5000)
   --auth <user:password>      digest credentials (default: $ZK_AUTH)
+  --tls-ca <file>             TLS to the ensemble's secureClientPort, trusting this CA (PEM)
+  --tls-cert <file>           with --tls-key: a client certificate (PEM), for mutual TLS
+  --tls-key <file>            the client certificate's private key (PEM)
   --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
   --older-than <ms>           locks: mark holders whose node is older than this (SINCE*): after
                               an outage longer than the session timeout, a restarted ZooKeeper
@@ -97,6 +101,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       connectTimeoutMs: options.timeoutMs,
       sessionTimeoutMs: 10_000,
       auth: options.auth === undefined ? undefined : { credentials: options.auth },
+      tls: options.tls,
     });
   } catch (error) {
     io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
@@ -152,6 +157,9 @@ function parse(argv: readonly string[]) {
       permits: { type: 'string' },
       timeout: { type: 'string' },
       auth: { type: 'string' },
+      'tls-ca': { type: 'string' },
+      'tls-cert': { type: 'string' },
+      'tls-key': { type: 'string' },
       wait: { type: 'string' },
       'older-than': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -170,6 +178,7 @@ interface Options {
   permits: number | undefined;
   timeoutMs: number;
   auth: string | undefined;
+  tls: ZkTlsOptions | undefined;
   waitMs: number;
   olderThanMs: number | undefined;
 }
@@ -200,9 +209,25 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     permits: args.values.permits === undefined ? undefined : integer(args.values.permits, '--permits', 1, 1),
     timeoutMs: integer(args.values.timeout, '--timeout', 5000, 1),
     auth: args.values.auth ?? (env.ZK_AUTH || undefined),
+    tls: tlsOptions(args.values['tls-ca'], args.values['tls-cert'], args.values['tls-key']),
     waitMs: integer(args.values.wait, '--wait', 1000, 0),
     olderThanMs: args.values['older-than'] === undefined ? undefined : integer(args.values['older-than'], '--older-than', 0, 0),
   };
+}
+
+/** The TLS options from the --tls-* files, or undefined without any. */
+function tlsOptions(ca: string | undefined, cert: string | undefined, key: string | undefined): ZkTlsOptions | undefined {
+  if (ca === undefined && cert === undefined && key === undefined) return undefined;
+  if ((cert === undefined) !== (key === undefined)) throw new UsageError('--tls-cert and --tls-key go together');
+  const read = (file: string | undefined, flag: string) => {
+    if (file === undefined) return undefined;
+    try {
+      return readFileSync(file);
+    } catch (error) {
+      throw new UsageError(`${flag}: cannot read ${JSON.stringify(file)} (${(error as NodeJS.ErrnoException).code ?? String(error)})`);
+    }
+  };
+  return { ca: read(ca, '--tls-ca'), cert: read(cert, '--tls-cert'), key: read(key, '--tls-key') };
 }
 
 function integer(text: string | undefined, flag: string, fallback: number, min: number): number {

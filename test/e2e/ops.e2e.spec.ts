@@ -254,6 +254,10 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     expect(noEnsemble.stderr).toMatch(/no ensemble given/);
     expect((await runCli(['frobnicate', '--connect', zkConnectString()])).code).toBe(1);
     expect((await runCli(['locks', '--depth', 'x', '--connect', zkConnectString()])).code).toBe(1);
+    const halfTls = await runCli(['locks', '--connect', zkConnectString(), '--tls-cert', '/etc/hostname']);
+    expect(halfTls).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-cert and --tls-key go together/) });
+    const missingCa = await runCli(['locks', '--connect', zkConnectString(), '--tls-ca', '/nonexistent/ca.pem']);
+    expect(missingCa).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-ca: cannot read "\/nonexistent\/ca.pem" \(ENOENT\)/) });
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: nestjs-zk-lock locks/);
