@@ -22,6 +22,8 @@ describe('resolveConnectionOptions', () => {
       connectTimeoutMs: 15000,
       auth: [],
       serverTickTimeMs: 2000,
+      tls: undefined,
+      client: 'typescript',
     });
   });
 
@@ -49,6 +51,10 @@ describe('resolveConnectionOptions', () => {
     [{ connectString: 'zk1:2181', auth: { credentials: '' } }, 'auth.credentials'],
     [{ connectString: 'zk1:2181', auth: { credentials: 'nocolon' } }, 'auth.credentials'],
     [{ connectString: 'zk1:2181', auth: [{ scheme: 'bad scheme', credentials: 'a:b' }] }, 'auth[0].scheme'],
+    [{ connectString: 'zk1:2181', client: 'java' }, 'client'],
+    [{ connectString: 'zk1:2181', tls: true }, 'tls'],
+    [{ connectString: 'zk1:2181', tls: 'ca.pem' }, 'tls'],
+    [{ connectString: 'zk1:2181', tls: { ca: 'x' }, client: 'addon' }, 'tls'],
   ])('rejects %j naming %s', (options, option) => {
     const error = optionError(options);
     expect(error.option).toBe(option);
