@@ -61,7 +61,7 @@ describe('access control: digest auth and locked-down parents', () => {
 
   it('an addon without our patch (no create with an ACL) still restricts each lock node before acquire returns', async () => {
     const lockPath = `${uniquePath('acl')}/orders`;
-    const connection = await connect({ auth: ALICE });
+    const connection = await connect({ auth: ALICE, client: 'addon' });
     // What an unpatched addon lacks: shadow the method on this one handle.
     const native = (connection.session as unknown as { ops: object }).ops;
     Object.defineProperty(native, 'a_create_acl', { value: undefined });
