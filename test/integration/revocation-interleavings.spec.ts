@@ -1,6 +1,9 @@
-// Adversarial review of revocation (#18) and create-with-ACL (cc1e0b8). Real ZooKeeper.
-// Tests named "fixed" failed on the reviewed code (each showed a defect, fixed since); "safe" ones pin
-// down interleavings that were checked and found safe.
+// Revocation (a Curator revoke marker written as the holder's node data) in the interleavings that
+// matter: a marker written while the holder is cut off, a revocable function that releases or
+// throws, a leader that did not opt in, holders whose node may not be read (by the holder, by the
+// revoker), markers on waiting nodes, data storms, releases racing the callback, re-entrant,
+// multi-lock, read-write and leadership holders, engine shutdown, the in-memory kit, what a signal
+// that already aborted can still tell, and @WithLock methods. Real ZooKeeper.
 import { createHash } from 'node:crypto';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
@@ -10,21 +13,19 @@ import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { LockLostError } from '../../lib/core/errors.js';
 import { Leadership } from '../../lib/core/leadership.js';
-import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
+import { LockEngine } from '../../lib/core/lock-engine.js';
 import { MultiLock } from '../../lib/core/multi-lock.js';
 import { Mutex } from '../../lib/core/mutex.js';
 import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
+import type { ZkError } from '../../lib/core/zk-error.js';
 import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, untilChildCount, whenAborted, within } from '../support/lock-test-helpers.js';
+import { ensurePersistent, marker } from '../support/revocation-support.js';
 
 afterAll(closeAll);
-
-const marker = () => Buffer.from(REVOKE_MARKER);
 
 /** Counts the requests of one kind a session sends from now on. */
 function countCalls(session: ZkSession, method: 'getData' | 'exists' | 'setAcl'): { readonly n: number } {
@@ -37,17 +38,7 @@ function countCalls(session: ZkSession, method: 'getData' | 'exists' | 'setAcl')
   return counter;
 }
 
-async function ensurePersistent(connection: ZkConnection, path: string): Promise<void> {
-  const parts = path.split('/').filter(Boolean);
-  for (let i = 1; i <= parts.length; i++) {
-    const p = '/' + parts.slice(0, i).join('/');
-    await connection.session!.create(p, Buffer.alloc(0), CreateMode.PERSISTENT).catch((e: unknown) => {
-      if (!(e instanceof ZkError && e.code === ZkCode.NODEEXISTS)) throw e;
-    });
-  }
-}
-
-describe('revocation review: disconnections', () => {
+describe('revocation across disconnections', () => {
   let proxy: TcpProxy;
   beforeEach(async () => {
     proxy = await TcpProxy.start(zkConnectString());
@@ -56,7 +47,7 @@ describe('revocation review: disconnections', () => {
     await proxy.close();
   });
 
-  it('safe: a marker written while the revocable holder is cut off is heard after it reconnects (watch re-armed by the C client)', async () => {
+  it('a marker written while the revocable holder is cut off is heard after it reconnects (its watch re-armed on reconnect)', async () => {
     const path = uniquePath('rv-cut');
     const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8000 });
     const holder = await new Mutex(e, 'cut', path, { revocable: true }).acquire();
@@ -73,7 +64,7 @@ describe('revocation review: disconnections', () => {
     await holder.release();
   }, 30_000);
 
-  it('limitation (as Curator): marker then other data while cut off is not heard (only the data at re-arm time is read)', async () => {
+  it('a marker overwritten by other data while the holder is cut off is not heard, as with Curator (only the data at re-arm time is read)', async () => {
     const path = uniquePath('rv-cut2');
     const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8000 });
     const holder = await new Mutex(e, 'cut', path, { revocable: true }).acquire();
@@ -90,7 +81,7 @@ describe('revocation review: disconnections', () => {
     await holder.release();
   }, 30_000);
 
-  it('safe: a revocable holder whose first data read fails on a cut link re-arms on reconnect and hears a marker already there', async () => {
+  it('a revocable holder whose first data read fails on a cut link re-arms on reconnect and hears a marker already there', async () => {
     const path = uniquePath('rv-cut3');
     const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8000 });
     const m = new Mutex(e, 'cut', path, { revocable: true });
@@ -115,8 +106,8 @@ describe('revocation review: disconnections', () => {
   }, 40_000);
 });
 
-describe('revocation review: requests and holders', () => {
-  it('fixed: a revocable function that releases aborts the running critical section\'s signal before another client can hold the lock', async () => {
+describe('revocation requests and the holders they reach', () => {
+  it('a revocable function that releases aborts the running critical section\'s signal before another client can hold the lock', async () => {
     const path = uniquePath('rv-fn');
     const [a, b] = await Promise.all([engine(), engine()]);
     const mutex = new Mutex(a, 'fn', path, { revocable: (lease) => void lease.release() });
@@ -142,7 +133,7 @@ describe('revocation review: requests and holders', () => {
     expect(signalAbortedWhileOtherHeld).toBe(true);
   });
 
-  it('fixed: a leader that did not opt in ignores a revoke and writes its participant id back', async () => {
+  it('a leader that did not opt in ignores a revoke and writes its participant id back', async () => {
     const path = uniquePath('rv-leader');
     const [a, b] = await Promise.all([engine(), engine()]);
     const first = new Leadership(a, path, path, { participantId: 'first' }).start();
@@ -159,7 +150,7 @@ describe('revocation review: requests and holders', () => {
     expect(ids).toEqual(['first', 'second']);
   });
 
-  it('fixed: a revocable holder that may not read its own node (no READ in the ACL) warns and watches for deletion only, without a retry loop', async () => {
+  it('a revocable holder that may not read its own node (no READ in the ACL) warns and watches for deletion only, without a retry loop', async () => {
     const observer = await connect();
     const lockPath = `${uniquePath('rv-noread')}/orders`;
     await ensurePersistent(observer, lockPath); // open, e.g. made by an operator or a Curator app
@@ -177,7 +168,7 @@ describe('revocation review: requests and holders', () => {
     expect({ getDataPerSecond: perSecond, warnings: warnings.length }).toEqual({ getDataPerSecond: 0, warnings: 1 });
   });
 
-  it('fixed: a holder whose node the revoker may not read keeps its place: the waiter behind it is not asked, and revoke rejects with NOAUTH', async () => {
+  it('a holder whose node the revoker may not read keeps its place: the waiter behind it is not asked, and revoke rejects with NOAUTH', async () => {
     const observer = await connect();
     const lockPath = uniquePath('rv-unreadable');
     await ensurePersistent(observer, lockPath);
@@ -209,7 +200,7 @@ describe('revocation review: requests and holders', () => {
     });
   });
 
-  it('safe: a marker written on a waiting node is heard once that node holds (told on becoming holder)', async () => {
+  it('a marker written on a waiting node is heard once that node holds (told on becoming holder)', async () => {
     const path = uniquePath('rv-waiter');
     const [a, b] = await Promise.all([engine(), engine()]);
     const first = await new Mutex(a, 'w', path).acquire();
@@ -224,7 +215,7 @@ describe('revocation review: requests and holders', () => {
     await second.release();
   });
 
-  it('safe: data changes on a waiter\'s own node (own-node shortcut watch spent) never let two hold', async () => {
+  it('data changes on a waiter\'s own node (own-node shortcut watch spent) never let two hold', async () => {
     const path = uniquePath('rv-own');
     const [a, b, c] = await Promise.all([engine(), engine(), engine()]);
     const first = await new Mutex(a, 'o', path).acquire();
@@ -248,7 +239,7 @@ describe('revocation review: requests and holders', () => {
     await second.release();
   });
 
-  it('safe: a foreign client writing other data 500 times to a revocable holder costs one read each, no interrupt', async () => {
+  it('a foreign client writing other data 500 times to a revocable holder costs one read each, no interrupt', async () => {
     const path = uniquePath('rv-storm');
     const e = await engine();
     const gets = countCalls(e.connection.session!, 'getData');
@@ -263,7 +254,7 @@ describe('revocation review: requests and holders', () => {
     await holder.release();
   });
 
-  it('safe: a revocable function that throws is reported; the lease stays held and releases normally', async () => {
+  it('a revocable function that throws is reported; the lease stays held and releases normally', async () => {
     const path = uniquePath('rv-throw');
     const e = await engine();
     const warnings: string[] = [];
@@ -280,7 +271,7 @@ describe('revocation review: requests and holders', () => {
     expect(await childrenOf(await connect(), path)).toEqual([]);
   });
 
-  it('safe: release racing the revocation callback (both release) is one release, node gone', async () => {
+  it('release racing the revocation callback (both release) is one release, node gone', async () => {
     const path = uniquePath('rv-race');
     const e = await engine();
     let told = 0;
@@ -293,7 +284,7 @@ describe('revocation review: requests and holders', () => {
     expect(await childrenOf(await connect(), path)).toEqual([]);
   });
 
-  it('safe: reentrant revocable mutex: nested holds share one node and one interrupted signal', async () => {
+  it('reentrant revocable mutex: nested holds share one node and one interrupted signal', async () => {
     const path = uniquePath('rv-reent');
     const e = await engine();
     const m = new Mutex(e, 're', path, { revocable: true });
@@ -310,7 +301,7 @@ describe('revocation review: requests and holders', () => {
     expect(await childrenOf(await connect(), path)).toEqual([]);
   });
 
-  it('safe: multi-lock of revocable mutexes: revoking one member aborts the group signal, group still held until release', async () => {
+  it('multi-lock of revocable mutexes: revoking one member aborts the group signal, group still held until release', async () => {
     const [p1, p2] = [uniquePath('rv-multi'), uniquePath('rv-multi')];
     const e = await engine();
     const group = await new MultiLock([new Mutex(e, 'm1', p1, { revocable: true }), new Mutex(e, 'm2', p2, { revocable: true })]).acquire();
@@ -322,7 +313,7 @@ describe('revocation review: requests and holders', () => {
     await group.release();
   });
 
-  it('safe: read-write: a reader queued behind a waiting writer is not asked', async () => {
+  it('read-write: a reader queued behind a waiting writer is not asked', async () => {
     const path = uniquePath('rv-rw');
     const [a, b, c] = await Promise.all([engine(), engine(), engine()]);
     const r1 = await new ReadWriteLock(a, 'rw', path, { revocable: true }).read.acquire();
@@ -343,7 +334,7 @@ describe('revocation review: requests and holders', () => {
     await r.release();
   });
 
-  it('safe: revocable leader: revoke racing stepDown and close ends one term once and leaves no node', async () => {
+  it('revocable leader: revoke racing stepDown and close ends one term once and leaves no node', async () => {
     const path = uniquePath('rv-lead-race');
     const e = await engine();
     const l = new Leadership(e, path, path, { participantId: 'solo', revocable: true }).start();
@@ -360,7 +351,7 @@ describe('revocation review: requests and holders', () => {
     expect(await childrenOf(observer, path)).toEqual([]);
   });
 
-  it('safe: revoke during engine shutdown: the revocable holder ends as shutdown, node deleted, no throw', async () => {
+  it('revoke during engine shutdown: the revocable holder ends as shutdown, node deleted, no throw', async () => {
     const path = uniquePath('rv-shutdown');
     const e = await engine({}, { shutdownGraceMs: 200 });
     const holder = await new Mutex(e, 'sd', path, { revocable: true }).acquire();
@@ -373,8 +364,8 @@ describe('revocation review: requests and holders', () => {
   });
 });
 
-describe('revocation review: the in-memory kit', () => {
-  it('fixed: the same no-READ holder on InMemoryZooKeeper does not spin (no event-loop starvation)', async () => {
+describe('revocation on the in-memory ZooKeeper of the testing kit', () => {
+  it('a revocable holder that may not read its own node does not spin on InMemoryZooKeeper (no event-loop starvation)', async () => {
     const { InMemoryZooKeeper } = await import('../../lib/testing/in-memory-zookeeper.js');
     const { ZkConnection } = await import('../../lib/core/zk-connection.js');
     const server = new InMemoryZooKeeper();
@@ -413,8 +404,8 @@ describe('revocation review: the in-memory kit', () => {
   });
 });
 
-describe('revocation review: semantics worth a decision', () => {
-  it('by design: after revocable: true aborted the signal (revoked), a later loss shows in isHeld only (a signal aborts once)', async () => {
+describe('revocation semantics: a signal aborts once; options that cannot work are refused', () => {
+  it('after revocable: true aborted the signal (revoked), a later loss shows in isHeld only (a signal aborts once)', async () => {
     const path = uniquePath('rv-then-lost');
     const [a, b] = await Promise.all([engine(), engine()]);
     const holder = await new Mutex(a, 'l', path, { revocable: true }).acquire();
@@ -433,7 +424,7 @@ describe('revocation review: semantics worth a decision', () => {
     await other.release();
   });
 
-  it('fixed (bad input): participantId "__REVOKE__" is refused with InvalidOptionError', async () => {
+  it('participantId "__REVOKE__" is refused with InvalidOptionError', async () => {
     const path = uniquePath('rv-self');
     const e = await engine();
     let made: Leadership | undefined;
@@ -460,64 +451,10 @@ describe('revocation review: semantics worth a decision', () => {
     expect({ refused: error !== undefined, gained, revokedTerms }).toEqual({ refused: true, gained: 0, revokedTerms: 0 });
   });
 
-  it('fixed (usability): a semaphore refuses revocable (untyped callers) with InvalidOptionError', async () => {
+  it('a semaphore refuses revocable (untyped callers) with InvalidOptionError', async () => {
     const e = await engine();
     const { Semaphore } = await import('../../lib/core/semaphore.js');
     expect(() => new Semaphore(e, 'p', uniquePath('rv-sem'), { permits: 1, revocable: true } as never)).toThrow(/revocable/);
-  });
-});
-
-describe('create with ACL review', () => {
-  it('safe: parentAcl with "auth" but no credentials: a typed ZkError INVALIDACL, no node left, no hang', async () => {
-    const path = `${uniquePath('acl-noauth')}/orders`;
-    const e = await engine({}, { parentAcl: SECURE_PARENT_ACL });
-    const error = await within(new Mutex(e, 'o', path).acquire({ waitMs: 2_000 }).catch((x: unknown) => x), 10_000, 'acquire settles');
-    expect(error).toMatchObject({ codeName: 'INVALIDACL' });
-    expect(await (await connect()).session!.exists(path)).toBeNull();
-  });
-
-  it('safe: parentAcl [] means open (as before the change)', async () => {
-    const path = `${uniquePath('acl-empty')}/orders`;
-    const e = await engine({}, { parentAcl: [] });
-    const lease = await new Mutex(e, 'o', path).acquire();
-    const acl = await e.connection.session!.getAcl(lease.path);
-    expect(acl).toEqual([{ perms: ZkPerm.ALL, scheme: 'world', id: 'anyone' }]);
-    await lease.release();
-  });
-
-  it('safe: the patched addon refuses an empty ACL list with INVALIDACL (no crash on calloc(0))', async () => {
-    const c = await connect();
-    await ensurePersistent(c, '/it');
-    await expect(c.session!.create(`${uniquePath('acl-empty-native')}`, Buffer.alloc(0), CreateMode.EPHEMERAL, [])).rejects.toMatchObject({ codeName: 'INVALIDACL' });
-  });
-
-  it('fixed: unpatched addon: a lost setAcl reply after the create is made good when the create is recovered (the node is not left open)', async () => {
-    const ALICE = { scheme: 'digest', credentials: 'alice:s3cret-alice' };
-    const lockPath = `${uniquePath('acl-fallback')}/orders`;
-    const connection = await connect({ auth: ALICE });
-    const session = connection.session!;
-    Object.defineProperty((session as unknown as { ops: object }).ops, 'a_create_acl', { value: undefined });
-    const e = new LockEngine(connection, { parentAcl: SECURE_PARENT_ACL });
-    // Make the parents first, so only the lock node's restrict is hit.
-    await (await new Mutex(e, 'o', lockPath).acquire()).release();
-    const originalSetAcl = session.setAcl.bind(session);
-    let failed = false;
-    (session as unknown as { setAcl: typeof session.setAcl }).setAcl = (p, acl, v) => {
-      if (!failed && p.startsWith(lockPath + '/')) {
-        failed = true; // the request may or may not have reached the server: its reply is lost
-        return Promise.reject(new ZkError(ZkCode.CONNECTIONLOSS, 'setAcl', p));
-      }
-      return originalSetAcl(p, acl, v);
-    };
-    const lease = await new Mutex(e, 'o', lockPath).acquire();
-    expect(failed).toBe(true);
-    const anonymous = await connect();
-    const forged = await anonymous.session!.setData(lease.path, marker()).then(
-      () => 'written',
-      (x: unknown) => (x as ZkError).codeName,
-    );
-    await lease.release();
-    expect(forged).toBe('NOAUTH');
   });
 });
 
@@ -542,7 +479,7 @@ class Jobs {
 @Module({ imports: [ZkLockModule.forRoot({ connectString: zkConnectString(), basePath: nestBase })], providers: [Jobs] })
 class JobsModule {}
 
-describe('revocation review: @WithLock', () => {
+describe('revocation of @WithLock methods', () => {
   let app: INestApplicationContext;
   let other: INestApplicationContext;
   beforeAll(async () => {
@@ -552,7 +489,7 @@ describe('revocation review: @WithLock', () => {
     await Promise.all([app?.close(), other?.close()]);
   });
 
-  it('fixed (usability): a request heard during minHoldMs\'s tail (method already returned) releases at once', async () => {
+  it('a request heard during minHoldMs\'s tail (method already returned) releases at once', async () => {
     expect(await app.get(Jobs).quick()).toBe('done');
     const asked = await other.get(LockService).revoke('tail');
     expect(asked).toHaveLength(1);
@@ -561,7 +498,7 @@ describe('revocation review: @WithLock', () => {
     await eventually(async () => ((await other.get(LockService).inspect('tail'))?.holders.length ?? 0) === 0, 3_000, 100);
   });
 
-  it('safe: a multi-key revocable method: revoking one key stops it (revoked) and frees every key', async () => {
+  it('a multi-key revocable method: revoking one key stops it (revoked) and frees every key', async () => {
     let finish!: () => void;
     const until = new Promise<void>((resolve) => (finish = resolve));
     const running = app.get(Jobs).pair('k1', 'k2', until);

@@ -1,10 +1,12 @@
-// Adversarial review of SequenceShortcut (holding without a listing where our node was last
-// alone). Each test puts the shortcut in place (asserting `ops.shortcut.expect` is defined, so it
-// cannot pass trivially) and then makes the queue change between our release and our next create
-// in a way the proof must catch: foreign nodes of every recipe, Curator, the lock path made again
-// (by a foreign client, by our own idle sweep) with its events held back by a proxy, lost and
-// delayed replies, partitions, session expiry, concurrency inside one process, and seeded churn.
-// The invariant checked everywhere: never two holders, nothing left behind, fencing tokens rise.
+// Holding without a listing (SequenceShortcut) where the queue changes between our release and our
+// next create. Each test puts the shortcut in place (asserting `ops.shortcut.expect` is defined, so
+// it cannot pass trivially) and then makes the queue change in a way the proof must catch: foreign
+// nodes of every recipe, Curator, the lock path made again (by a foreign client, by our own idle
+// sweep) with its events held back by a proxy, lost and delayed replies, partitions, session
+// expiry, concurrency inside one process, our own session's other nodes (a refused delete, a second
+// engine on the session, a downgraded read node, a record evicted while its create is in flight),
+// and seeded churn. The invariant checked everywhere: never two holders, nothing left behind,
+// fencing tokens rise.
 import type { Lease } from '../../lib/core/lease.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
 import { Mutex } from '../../lib/core/mutex.js';
@@ -12,8 +14,7 @@ import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
 import { Semaphore } from '../../lib/core/semaphore.js';
 import { Leadership } from '../../lib/core/leadership.js';
 import { sequenceOf } from '../../lib/core/lock-path.js';
-import { watchesOf } from '../../lib/core/sequence-shortcut.js';
-import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
+import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
 import { ZkConnection } from '../../lib/core/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, untilChildCount, within, shortcutArmed, withProxy } from '../support/lock-test-helpers.js';
@@ -467,33 +468,103 @@ describe('one process, many acquires', () => {
   });
 });
 
-describe('resources', () => {
-  // (Failed before the fix: the shortcut listened to the connection itself and never stopped; a
-  // connection may outlive its engines, ZkLockModule.forRoot({ connection }).)
-  it('an engine shut down on a connection that outlives it leaves no connection listener behind', async () => {
-    const connection = await connect();
-    const before = connection.listenerCount('state');
-    for (let i = 0; i < 3; i++) {
-      const e = new LockEngine(connection, { app: 'jest' });
-      await e.shutdown();
-    }
-    expect(connection.listenerCount('state')).toBe(before);
+describe('our own session\'s other nodes and records: a refused delete, a second engine, a downgrade, an evicted record', () => {
+  it('a refused delete (the path lost DELETE for us) with the next acquire sent in the same tick: the record is forgotten before that create is confirmed, and we do not hold behind our own node that stayed', async () => {
+    const path = await lastingPath('rv2-noauth');
+    const admin = (await connect()).session!;
+    const e = await engine();
+    const warnings: string[] = [];
+    e.onWarning((message) => warnings.push(message));
+    const lock = new Mutex(e, 'noauth', path, { coalesce: false });
+    await cycles(lock, 3);
+    const lease = await lock.acquire();
+    const stale = nameOf(lease);
+    // setACL fires no watch: the shortcut stays armed.
+    await admin.setAcl(path, [{ perms: ZkPerm.READ | ZkPerm.WRITE | ZkPerm.CREATE | ZkPerm.ADMIN, scheme: 'world', id: 'anyone' }]);
+    const released = lease.release();
+    expect(shortcutArmed(e, path)).toBeDefined();
+    // Sent behind the (refused) delete, with the expectation: its number is the expected one,
+    // since a refused delete changes nothing, yet our old node is still the head.
+    const next = lock.acquire({ waitMs: 500 });
+    await released;
+    expect(warnings.some((w) => w.includes('Could not delete lock node'))).toBe(true);
+    await notAcquired(next);
+    expect(shortcutArmed(e, path)).toBeUndefined();
+    const children = await childrenOf(await connect(), path);
+    expect(children).toContain(stale);
+    await admin.setAcl(path, [{ perms: ZkPerm.ALL, scheme: 'world', id: 'anyone' }]);
   });
 
-  // (Failed before the fix: nothing forgot the path watches at shutdown.) The C client keeps a
-  // watch until it fires, so the session keeps the path's watch (in a table of its own, counted
-  // against the reconnect packet's budget); what must not stay is anything of the engine.
-  it('an engine shut down on a connection that outlives it leaves nothing of it in the session\'s path watches', async () => {
+  it('two engines on one connection (one session): the other engine holding in between keeps us out although its create is of our session; its shutdown leaves our record', async () => {
+    const path = await lastingPath('rv2-shared');
     const connection = await connect();
-    const path = await lastingPath('rv-shutdown-watch');
-    const e = new LockEngine(connection, { app: 'jest' });
-    await cycles(new Mutex(e, 'w', path, { coalesce: false }), 3);
+    const e1 = new LockEngine(connection, { app: 'jest' });
+    const e2 = new LockEngine(connection, { app: 'jest' });
+    const lock1 = new Mutex(e1, 'shared', path, { coalesce: false });
+    const lock2 = new Mutex(e2, 'shared', path, { coalesce: false });
+    await cycles(lock1, 3);
+    expect(shortcutArmed(e1, path)).toBeDefined();
+    const theirs = await lock2.acquire();
+    await notAcquired(lock1.acquire({ waitMs: 300 }));
+    await theirs.release();
+    await (await lock1.acquire()).release();
+    await cycles(lock1, 2);
+    await cycles(lock2, 3);
+    expect(shortcutArmed(e2, path)).toBeDefined();
+    await e2.shutdown();
+    await cycles(lock1, 2);
+    expect(shortcutArmed(e1, path)).toBeDefined();
+    const counts = countRequests(connection.session!);
+    await (await lock1.acquire()).release();
+    expect(counts.getChildren ?? 0).toBe(0);
+    await e1.shutdown();
+  });
+
+  it('a downgrade (a read node with a fixed suffix, no expectation) between the write hold and its release: a write from another call chain does not hold while that read is held', async () => {
+    const path = await lastingPath('rv2-downgrade');
+    const e = await engine();
+    const rw = new ReadWriteLock(e, 'dg', path);
+    await cycles(rw.write, 3);
     expect(shortcutArmed(e, path)).toBeDefined();
-    const watch = watchesOf(connection.session!).byPath.get(path)!;
-    expect(watch.onFired.size).toBe(1);
-    await e.shutdown();
-    expect(watch.onFired.size).toBe(0);
-    expect((e.ops.shortcut as unknown as { records: Map<string, unknown> }).records.size).toBe(0);
+    let read!: Lease;
+    await rw.write.withLock(async () => {
+      read = await rw.read.acquire({ waitMs: 5000 });
+    });
+    expect(shortcutArmed(e, path)).toBeDefined(); // our writer's release recorded the next number
+    expect(read.isHeld).toBe(true);
+    await notAcquired(rw.write.acquire({ waitMs: 300 }));
+    await read.release();
+    const w = await rw.write.acquire({ waitMs: 5000 });
+    expect(await childrenOf(await connect(), path)).toEqual([nameOf(w)]);
+    await w.release();
+  });
+
+  it('the record evicted (MAX_PATHS) while its create is in flight: the create holds (the facts it carries still stand), alone, and the records stay bounded', async () => {
+    await withProxy(async (proxy) => {
+      const path = await lastingPath('rv2-evict');
+      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
+      const lock = new Mutex(e, 'evict', path, { coalesce: false });
+      await cycles(lock, 3);
+      const lease = await lock.acquire();
+      const session = e.connection.session!;
+      const counts = countRequests(session);
+      proxy.slowReplies(0); // answers held
+      void lease.release();
+      expect(shortcutArmed(e, path)).toBeDefined();
+      const ours = lock.acquire({ waitMs: 10_000 });
+      await delay(50); // its create went with the expectation, no listing
+      expect(counts.create).toBe(1);
+      expect(counts.getChildren ?? 0).toBe(0);
+      for (let i = 0; i < 20_000; i++) e.ops.shortcut.released(session, `/rv2-fake/${i}`, 1, 1, Promise.resolve());
+      expect(shortcutArmed(e, path)).toBeUndefined(); // ours was the oldest
+      const records = (e.ops.shortcut as unknown as { records: Map<string, unknown> }).records;
+      expect(records.size).toBeLessThanOrEqual(20_000);
+      proxy.forward();
+      const held = await within(ours, 10_000, 'ours');
+      expect(await childrenOf(await connect(), path)).toEqual([nameOf(held)]);
+      await held.release();
+      e.ops.shortcut.forgetAll(e.connection.session);
+    });
   });
 });
 

@@ -1,213 +1,21 @@
-// Review of be9fb02 (the adaptive in-flight window of NativeZkSession) and d6b3875 (addon fix 8:
-// every reply the socket holds, up to 256, in one readable callback), against the real ZooKeeper.
-// Each test names the interleaving it covers.
+// The C addon's batched replies (addon fix 8: every reply the socket holds, up to 256, in one
+// readable callback), against the real ZooKeeper: events before the replies they caused, a close
+// or an auth failure inside the read loop, timers during long bursts, and a grant whose replies
+// are read right after the deadline declared its session lost (the gap between ZkConnection's
+// 'lost' and the old handle's close). These check the addon's internals: every connection opens
+// with the addon (client 'addon'); the library's default session is the TypeScript client.
 import { Mutex } from '../../lib/core/mutex.js';
 import type { Lease } from '../../lib/core/lease.js';
 import { CreateMode, addonFixVersion, type NativeZkSession } from '../../lib/core/zk-session.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
+import type { ZkError } from '../../lib/core/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { closeAll, deleteTree, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
+import { connectAddon, engineAddon, parentAndNode, windowOf } from '../support/addon-client.js';
 import { whenAborted, within } from '../support/lock-test-helpers.js';
 
 afterAll(closeAll);
 
-/** The session's private window and counters (read only, to say where the window stood). */
-function windowOf(session: unknown): { window: number; inFlight: number; backlog: number } {
-  const s = session as { window: number; inFlight: number; backlog: { size: number } };
-  return { window: s.window, inFlight: s.inFlight, backlog: s.backlog.size };
-}
-
-async function parentAndNode(session: NativeZkSession | { create: NativeZkSession['create'] }, label: string): Promise<string> {
-  const path = uniquePath(label);
-  await session.create(path.slice(0, path.lastIndexOf('/')), Buffer.alloc(0), CreateMode.PERSISTENT).catch(() => undefined);
-  await session.create(path, Buffer.alloc(0), CreateMode.EPHEMERAL);
-  return path;
-}
-
-describe('adaptive window (be9fb02)', () => {
-  let proxy: TcpProxy;
-  beforeEach(async () => {
-    proxy = await TcpProxy.start(zkConnectString());
-  });
-  afterEach(async () => {
-    await closeAll();
-    await proxy.close();
-  });
-
-  // From FINDING 1 of the review: the window grows while the server is fast; the server then
-  // slows down (GC, disk, a loaded machine). What is in flight cannot be called back, so the
-  // window bounds the round trip it grew under (T/16): a slowdown that answers what is in flight
-  // within 0.8 s is survived by halving the window; with a fixed window of 1 000 the queue at the
-  // server stays 1 000 deep and its answers come later than the deadline allows. (A slowdown more
-  // than ~14× within one round trip still loses the session: see NativeZkSession.window.)
-  it('keeps the session when a server slows down after the window grew (hundreds in flight)', async () => {
-    const connection = await connect({ connectString: proxy.connectString, sessionTimeoutMs: 2000 });
-    const lost: string[] = [];
-    // How long before the loss the server last heard a request from us (the proxy passes every
-    // request on at once): well within the timeout, so the session was alive on the server.
-    let serverHeardMsBeforeLoss = -1;
-    connection.on('lost', (reason) => {
-      lost.push(reason);
-      serverHeardMsBeforeLoss = Date.now() - proxy.lastClientPacketAt;
-    });
-    const session = connection.session!;
-    const timeoutMs = session.timeoutMs;
-    const path = await parentAndNode(session as NativeZkSession, 'grown-then-slow');
-    // A steady stream, 500 exists calls per event-loop turn, every answer observed at once, until
-    // the window has grown well past what a slowed server answers within the deadline.
-    const requests: Promise<number>[] = [];
-    let slowedAt: { window: number; inFlight: number; backlog: number } | undefined;
-    for (let i = 0; i < 200_000 && !slowedAt; i += 500) {
-      for (let j = 0; j < 500; j++) requests.push(session.exists(path).then(() => 0, (e: ZkError) => e.code));
-      await new Promise((resolve) => setImmediate(resolve));
-      const now = windowOf(session);
-      if (now.window >= 400 && now.inFlight >= 300) {
-        slowedAt = now;
-        // What is in flight now answered in 0.8 s (an exists answer is about 90 bytes): a fixed
-        // window of 1 000 would keep 1 000 queued, 2.7 s or more, past the 2 s session's deadline.
-        proxy.slowReplies(Number(process.env.REVIEW_SLOW_BPS ?? Math.round((now.inFlight / 0.8) * 90)));
-      }
-    }
-    // The slow spell lasts three timeouts, then answers flow at full speed again (so that a fixed
-    // library does not wait for the whole backlog at the slow rate).
-    if (slowedAt) {
-      await new Promise((resolve) => setTimeout(resolve, 3 * timeoutMs));
-      proxy.slowReplies(1e9);
-    }
-    const answers = await Promise.all(requests);
-    expect(slowedAt).toBeDefined();
-    const rejected = answers.filter((code) => code !== 0);
-    const codes = [...new Set(rejected)];
-    // The server had heard from us less than a timeout before: it had not expired the session (and
-    // the C client's pings, sent after T/3 without a send, kept it alive after).
-    if (lost.length > 0) expect(serverHeardMsBeforeLoss).toBeLessThan(timeoutMs);
-    expect({ slowedAt, rejected: rejected.length, codes, lost }).toEqual({ slowedAt, rejected: 0, codes: [], lost: [] });
-  }, 180_000);
-
-  it('silent link with a backlog: the lease aborts before the server could expire the session, and every request settles', async () => {
-    const observer = await connect();
-    const h = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 4000 });
-    const session = h.connection.session!;
-    const lockPath = uniquePath('silent-backlog');
-    const lease = await new Mutex(h, 'sb', lockPath).acquire();
-    const timeoutMs = session.timeoutMs;
-    const path = await parentAndNode(session as NativeZkSession, 'silent-backlog-n');
-    proxy.blackhole();
-    const requests: Promise<unknown>[] = [];
-    for (let i = 0; i < 3000; i++) requests.push(session.exists(path));
-    // A create waiting in the backlog: it must never land on the server after the loss.
-    const late = `${path}-late`;
-    requests.push(session.create(late, Buffer.alloc(0), CreateMode.EPHEMERAL));
-    const outcomes = Promise.allSettled(requests); // observed at once (they reject while we wait)
-    expect(windowOf(session).backlog).toBeGreaterThan(2000);
-    await whenAborted(lease.signal, 30_000);
-    const abortedAt = Date.now();
-    // The server heard from us last at proxy.lastClientPacketAt; it expires the session no sooner
-    // than one timeout after it.
-    expect(abortedAt).toBeLessThan(proxy.lastClientPacketAt + timeoutMs);
-    const settled = await within(outcomes, 30_000, 'backlog after loss');
-    expect(settled.every((a) => a.status === 'rejected')).toBe(true);
-    proxy.restore();
-    await eventually(async () => !(await exists(observer, late)), 20_000);
-    expect(await exists(observer, late)).toBe(false);
-    await eventually(() => h.connection.state === 'connected', 30_000);
-  }, 120_000);
-
-  it('disconnections mid-burst: every request settles, the window is empty afterwards and the session works', async () => {
-    const connection = await connect({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
-    const lost: string[] = [];
-    connection.on('lost', (reason) => lost.push(reason));
-    const session = connection.session!;
-    const path = await parentAndNode(session as NativeZkSession, 'cut-burst');
-    const requests: Promise<unknown>[] = [];
-    for (let round = 0; round < 3; round++) {
-      for (let i = 0; i < 5000; i++) requests.push(session.exists(path));
-      // Cut once some answers came back (the window and a backlog are both populated).
-      let answered = 0;
-      await new Promise<void>((resolve) => {
-        for (const r of requests.slice(-5000)) void r.then(() => ++answered === 300 && resolve(), () => undefined);
-      });
-      const suspended = nextEvent(connection, 'suspended', 10_000);
-      proxy.cut();
-      await suspended;
-      proxy.restore();
-      await nextEvent(connection, 'reconnected', 10_000);
-    }
-    const settled = await within(Promise.allSettled(requests), 60_000, 'burst with cuts');
-    const codes = new Set(settled.filter((a) => a.status === 'rejected').map((a) => ((a as PromiseRejectedResult).reason as ZkError).code));
-    // Connection errors only (CONNECTIONLOSS; RUNTIMEINCONSISTENCY when the C client met a reply it
-    // did not expect after the cut and dropped the connection, seen under load), never a stuck request.
-    expect([...codes].filter((c) => c !== ZkCode.CONNECTIONLOSS && c !== ZkCode.RUNTIMEINCONSISTENCY)).toEqual([]);
-    // (The heartbeat sent on reconnect may still be in flight.)
-    await eventually(() => windowOf(session).inFlight === 0 && windowOf(session).backlog === 0, 10_000, 10);
-    expect(await within(session.exists(path), 10_000, 'after cuts')).not.toBeNull();
-    expect(lost).toEqual([]);
-    expect(connection.session).toBe(session);
-  }, 120_000);
-
-  it('close() with a full window and a backlog rejects everything at once', async () => {
-    const connection = await connect({ connectString: proxy.connectString, sessionTimeoutMs: 4000 });
-    const session = connection.session!;
-    const path = await parentAndNode(session as NativeZkSession, 'close-backlog');
-    proxy.slowReplies(2_000);
-    const requests: Promise<unknown>[] = [];
-    for (let i = 0; i < 5000; i++) requests.push(session.exists(path));
-    expect(windowOf(session).backlog).toBeGreaterThan(4000);
-    await connection.close();
-    const settled = await within(Promise.allSettled(requests), 10_000, 'close with backlog');
-    const codes = new Set(settled.filter((a) => a.status === 'rejected').map((a) => ((a as PromiseRejectedResult).reason as ZkError).code));
-    expect(settled.filter((a) => a.status === 'rejected').length).toBeGreaterThan(4900);
-    expect([...codes].sort()).toEqual(expect.arrayContaining([-9]));
-    expect(windowOf(session)).toMatchObject({ inFlight: 0, backlog: 0 });
-  }, 60_000);
-
-  it('a try-once acquire behind a congested backlog leaves no node behind and the lock stays free', async () => {
-    const observer = await connect();
-    const h = await engine({ sessionTimeoutMs: 10_000 });
-    const session = h.connection.session!;
-    const lockPath = uniquePath('try-once-congested');
-    const path = await parentAndNode(session as NativeZkSession, 'try-once-flood');
-    // Enough requests that the acquire's create waits past TRY_ONCE_BOUND_MS (2 s) in the backlog.
-    const flood: Promise<unknown>[] = [];
-    for (let i = 0; i < 60_000; i++) flood.push(session.exists(path));
-    const started = performance.now();
-    const attempt = new Mutex(h, 'toc', lockPath).acquire({ waitMs: 0 }).then(
-      (lease: Lease) => ({ lease }),
-      (error: { reason?: string }) => ({ error }),
-    );
-    const outcome = await attempt;
-    const tookMs = performance.now() - started;
-    await Promise.allSettled(flood);
-    if ('lease' in outcome) {
-      await outcome.lease.release();
-    } else {
-      expect(outcome.error.reason).toBe('connection');
-    }
-    // Whatever happened, once the backlog drained nothing of ours is left under the lock path
-    // and another client gets it at once.
-    await eventually(async () => ((await observer.session!.getChildren(lockPath).catch(() => ({ children: [] }))).children.length === 0), 20_000);
-    const other = await new Mutex(await engine(), 'toc', lockPath).acquire({ waitMs: 0 });
-    await other.release();
-    expect({ outcome: 'lease' in outcome ? 'lease' : 'error', tookMs: tookMs > 0 }).toBeDefined();
-  }, 120_000);
-});
-
-describe('the window outside the proxy', () => {
-  afterEach(closeAll);
-
-  it('a session timeout the server negotiates differently: requests queued before the connect are answered and adapt against the granted timeout', async () => {
-    const connection = await connect({ sessionTimeoutMs: 600_000 }); // the server caps it (maxSessionTimeout)
-    const session = connection.session!;
-    expect(session.timeoutMs).toBeLessThan(600_000);
-    const path = await parentAndNode(session as NativeZkSession, 'negotiated');
-    const all = await Promise.all(Array.from({ length: 3000 }, () => session.exists(path)));
-    expect(all.every((s) => s !== null)).toBe(true);
-    expect(windowOf(session).window).toBeGreaterThan(64);
-    expect(windowOf(session)).toMatchObject({ inFlight: 0, backlog: 0 });
-  }, 60_000);
-});
-
-describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
+describe('many replies per readable callback (addon fix 8)', () => {
   afterEach(closeAll);
 
   it('runs the patched build (fix version 8 or later)', () => {
@@ -215,7 +23,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   });
 
   it('watch events and replies in one batch: each event reaches its listener before the reply to the write that caused it', async () => {
-    const connection = await connect();
+    const connection = await connectAddon();
     const session = connection.session!;
     const base = uniquePath('batch-order');
     await session.create(base.slice(0, base.lastIndexOf('/')), Buffer.alloc(0), CreateMode.PERSISTENT).catch(() => undefined);
@@ -237,7 +45,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   });
 
   it('a reply whose callback closes the session mid-batch: the rest settle, the process goes on, a new session works', async () => {
-    const connection = await connect();
+    const connection = await connectAddon();
     const session = connection.session!;
     const path = await parentAndNode(session as NativeZkSession, 'close-in-batch');
     // Let the replies pile up in the socket, then read them in one go.
@@ -262,14 +70,14 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     expect(rejected.length).toBeGreaterThan(0);
     expect(new Set(rejected.map((r) => (r.reason as ZkError).code))).toEqual(expect.any(Set));
     expect(windowOf(session)).toMatchObject({ inFlight: 0, backlog: 0 });
-    const again = await connect();
+    const again = await connectAddon();
     expect(await again.session!.exists('/')).not.toBeNull();
   }, 60_000);
 
   it('the server closing the socket mid-batch: the client reconnects to the same session and nothing hangs', async () => {
     const proxy = await TcpProxy.start(zkConnectString());
     try {
-      const connection = await connect({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
+      const connection = await connectAddon({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
       const session = connection.session!;
       const path = await parentAndNode(session as NativeZkSession, 'fin-in-batch');
       const requests: Promise<unknown>[] = [];
@@ -290,7 +98,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   }, 60_000);
 
   it('timers still run during a long burst (the read loop is bounded)', async () => {
-    const connection = await connect();
+    const connection = await connectAddon();
     const session = connection.session!;
     const path = await parentAndNode(session as NativeZkSession, 'lag');
     let last = performance.now();
@@ -315,7 +123,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   }, 120_000);
 
   it("the bench's negative control still loses updates: replies of one batch run their continuations in turn, yet no lock means lost updates", async () => {
-    const connection = await connect();
+    const connection = await connectAddon();
     const session = connection.session!;
     const path = await parentAndNode(session as NativeZkSession, 'negative');
     let counter = 0;
@@ -333,7 +141,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   }, 60_000);
 
   it('an auth failure answered among a batch of replies closes the handle inside the read loop; the rest settle', async () => {
-    const connection = await connect();
+    const connection = await connectAddon();
     const closed = nextEvent(connection, 'closed', 20_000);
     const session = connection.session!;
     const path = await parentAndNode(session as NativeZkSession, 'authfail-batch');
@@ -348,14 +156,14 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     await closed;
     expect(session.isClosed).toBe(true);
     expect(windowOf(session)).toMatchObject({ inFlight: 0, backlog: 0 });
-    const again = await connect();
+    const again = await connectAddon();
     expect(await again.session!.exists('/')).not.toBeNull();
   }, 60_000);
 
   it('a session expired while a burst is pending: the handle closes, every request settles, the lease aborted in time', async () => {
     const proxy = await TcpProxy.start(zkConnectString());
     try {
-      const h = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
+      const h = await engineAddon({ connectString: proxy.connectString, sessionTimeoutMs: 10_000 });
       const session = h.connection.session!;
       const lease = await new Mutex(h, 'exp', uniquePath('expire-burst')).acquire();
       const path = await parentAndNode(session as NativeZkSession, 'expire-burst-n');
@@ -385,10 +193,10 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   // timer (timers), the grant is refused or made afresh on the next session: the C client's own
   // receive timeout (2/3 T without a byte) drops the socket in the timers phase before the poll
   // phase can read the replies, and from a timer callback the poll comes first and acquire()'s
-  // clock check refuses the grant (the documented path). FINDING 2 below is the case the C
+  // clock check refuses the grant (the documented path). The gap after a false loss (below) is the case the C
   // client's timeout does not cover: replies still arriving, so the socket is not dropped.
   it('a grant read right after the deadline declared its session lost is never handed out as held', async () => {
-    const h = await engine({ sessionTimeoutMs: 2000 });
+    const h = await engineAddon({ sessionTimeoutMs: 2000 });
     const session = h.connection.session!;
     const timeoutMs = session.timeoutMs;
     const lockPath = uniquePath('grant-after-loss');
@@ -430,7 +238,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     expect(lost.length).toBeGreaterThan(0);
     if ('lease' in outcome) {
       // Handed out: it must at least be on the session that is current and alive.
-      const other = await engine();
+      const other = await engineAddon();
       const competitor = await new Mutex(other, 'gal', lockPath).acquire({ waitMs: 5000 }).then(
         (l: Lease) => l,
         () => undefined,
@@ -448,7 +256,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     }
   }, 60_000);
 
-  // FINDING 2 (SAFETY, fails with fix 8; passes with a fix-7 build): a grant whose replies are
+  // The gap after a false loss (SAFETY, fails with fix 8; passes with a fix-7 build): a grant whose replies are
   // read in the poll phase right after the deadline timer declared the session lost.
   // ZkConnection.sessionLost() makes the successor current, emits 'lost' (the engine ends the
   // leases it tracks) and closes the old handle only in setImmediate; the poll phase in between
@@ -465,7 +273,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
   // as the deadline timer calls it; the real server answers both during the 50 ms busy-wait; the
   // next poll phase reads them before the check phase closes the old handle.
   it('a grant whose create and listing replies are read after the deadline declared the session lost is refused', async () => {
-    const h = await engine({ sessionTimeoutMs: 4000 });
+    const h = await engineAddon({ sessionTimeoutMs: 4000 });
     const session = h.connection.session!;
     const oldId = session.id;
     const timeoutMs = session.timeoutMs;
@@ -503,7 +311,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     const onLostSession = outcome.sessionId === oldId;
     let overlap = false;
     if (onLostSession) {
-      const competitor = await new Mutex(await engine(), 'gig', lockPath).acquire({ waitMs: 5000 }).then(
+      const competitor = await new Mutex(await engineAddon(), 'gig', lockPath).acquire({ waitMs: 5000 }).then(
         (l: Lease) => l,
         () => undefined,
       );
@@ -521,13 +329,13 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     expect({ onLostSession, overlap, heldAfter: onLostSession && heldAfter }).toEqual({ onLostSession: false, overlap: false, heldAfter: false });
   }, 60_000);
 
-  // FINDING 2, other door (passes with fix 8; FAILS with a fix-7 build, so the gap predates
-  // d6b3875): the create's reply is read first and the deadline timer runs in the next turn,
+  // The gap after a false loss, other door (passes with fix 8; FAILS with a fix-7 build, so the gap
+  // predates fix 8): the create's reply is read first and the deadline timer runs in the next turn,
   // before the poll phase that reads the listing's reply. With fix 7 (one reply per readable
   // callback) the listing alone completes the grant on the lost session; with fix 8 both replies
   // are read in one callback and the listing's answer moves the deadline (no loss).
   it('a grant whose listing alone is read after the deadline declared the session lost is refused', async () => {
-    const h = await engine({ sessionTimeoutMs: 4000 });
+    const h = await engineAddon({ sessionTimeoutMs: 4000 });
     const session = h.connection.session!;
     const oldId = session.id;
     const timeoutMs = session.timeoutMs;
@@ -572,7 +380,8 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
     expect({ heldOnLostSession }).toEqual({ heldOnLostSession: false });
   }, 60_000);
 
-  // FINDING 2, end to end without touching internals: FINDING 1's slowdown with a stream of
+  // The gap after a false loss, end to end without touching internals: the slowdown of the adaptive
+  // window's first test (addon-request-window.spec.ts) with a stream of
   // acquires of free locks on the same session. Answers come about once per proxy pump (10 ms),
   // each long after its send, so the deadline timer fires between two of them; the answer read in
   // the poll phase right after it (before the check phase closes the old handle) may be the
@@ -585,7 +394,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
       const trialProxy = await TcpProxy.start(zkConnectString());
       const base = uniquePath('e2e-gap');
       try {
-        const h = await engine({ connectString: trialProxy.connectString, sessionTimeoutMs: 2000 });
+        const h = await engineAddon({ connectString: trialProxy.connectString, sessionTimeoutMs: 2000 });
         const session = h.connection.session!;
         const oldId = session.id;
         let lostAt = -1;
@@ -619,7 +428,7 @@ describe('addon fix 8: many replies per readable callback (d6b3875)', () => {
         await closeAll();
         await trialProxy.close();
         // Up to 4 000 empty lock paths: gone now rather than through the reaper's backlog.
-        await deleteTree(await connect(), base);
+        await deleteTree(await connectAddon(), base);
         await closeAll();
       }
     }
