@@ -2,7 +2,7 @@
 # Throw-away Apache ZooKeeper servers on 127.0.0.1 for development and tests, run from
 # Debian's `zookeeper` package (3.8). Only the processes this script started are ever signalled.
 #
-#   zookeeper.sh install            install zookeeper (and java) with apt-get when missing
+#   zookeeper.sh install            install zookeeper (and java, openssl) with apt-get when missing
 #   zookeeper.sh start    [--dir D] [--port P] [--owner-pid PID] [--tls need|want|none]
 #                         [--tls-name NAME]
 #                                   one standalone server (id 1); with --tls, a TLS port too
@@ -66,14 +66,16 @@ usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0
 have_zookeeper() { [ -f "$ZK_SERVER_SH" ] && [ -f "$ZK_JAR" ]; }
 
 cmd_install() {
-  if have_zookeeper && command -v "$JAVA" >/dev/null 2>&1; then
+  local -a pkgs=()
+  command -v "$JAVA" >/dev/null 2>&1 || pkgs+=(default-jre-headless)
+  have_zookeeper || pkgs+=(zookeeper)
+  command -v "$OPENSSL" >/dev/null 2>&1 || pkgs+=(openssl)  # the certificates of start --tls
+  if [ "${#pkgs[@]}" -eq 0 ]; then
     log "ZooKeeper already installed ($ZK_JAR)"
     return 0
   fi
-  local -a pkgs=(zookeeper)
-  command -v "$JAVA" >/dev/null 2>&1 || pkgs=(default-jre-headless zookeeper)
   if [ "$(id -u)" -ne 0 ]; then
-    log "ZooKeeper and/or Java are missing ($ZK_SERVER_SH, $ZK_JAR, java). Install them as root:"
+    log "ZooKeeper, Java and/or openssl are missing ($ZK_SERVER_SH, $ZK_JAR, java, openssl). Install them as root:"
     log "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${pkgs[*]}"
     exit 1
   fi
@@ -84,6 +86,7 @@ cmd_install() {
   apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >&2
   have_zookeeper || die "apt-get finished but $ZK_SERVER_SH or $ZK_JAR is still missing"
   command -v "$JAVA" >/dev/null 2>&1 || die "java is still missing after installing ${pkgs[*]}"
+  command -v "$OPENSSL" >/dev/null 2>&1 || die "openssl is still missing after installing ${pkgs[*]}"
 }
 
 # N distinct free TCP ports on 127.0.0.1, one per line; below the ephemeral range when it allows.

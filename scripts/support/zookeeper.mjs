@@ -17,6 +17,14 @@ export const TICK_TIME_MS = 250;
 
 /** @typedef {'leader' | 'follower' | 'standalone' | 'down'} ZkMode */
 /**
+ * The PEM files of a server started with `tls` (made for that run by scripts/zookeeper.sh).
+ * @typedef {object} ZkTlsMaterial
+ * @property {string} ca the throw-away CA that signed the server's and the client's certificate
+ * @property {string} cert the client certificate (CN=zk-test-client)
+ * @property {string} key its private key
+ * @property {string} serverCert the server's certificate (for the name given by `tlsName`)
+ */
+/**
  * @typedef {object} ZkServerInfo
  * @property {number} id
  * @property {number} port
@@ -146,6 +154,21 @@ export class ZkServerHandle {
   /** The connect string of all servers (`host:port,...`). */
   get connectString() {
     return this.read('connect');
+  }
+
+  /** The TLS port's connect string, `localhost:PORT` (a server started with `tls` only). */
+  get secureConnectString() {
+    if (!existsSync(join(this.dir, 'secure-connect'))) throw new Error(`the server in ${this.dir} was not started with tls`);
+    return this.read('secure-connect');
+  }
+
+  /**
+   * The CA, client certificate and key to reach the TLS port with (a server started with `tls` only).
+   * @returns {ZkTlsMaterial}
+   */
+  get tls() {
+    if (!existsSync(join(this.dir, 'tls', 'ca.pem'))) throw new Error(`the server in ${this.dir} was not started with tls`);
+    return { ca: this.read('tls/ca.pem'), cert: this.read('tls/client.crt'), key: this.read('tls/client.key'), serverCert: this.read('tls/server.crt') };
   }
 
   /**
@@ -494,6 +517,11 @@ const PEER_LINKS = new Map();
  *   one), even if stop() never runs
  * @property {boolean} [echoStderr] pass the script's messages on to our stderr (this and later runs)
  * @property {string} [jvmFlags] extra JVM flags for the servers (see ScriptOptions)
+ * @property {'need' | 'want' | 'none'} [tls] startStandalone only: a TLS port too (secureClientPort,
+ *   next to the plain port), with a throw-away CA and certificates made for this run; the value is
+ *   the server's ssl.clientAuth. The handle's `secureConnectString` and `tls` give the rest.
+ * @property {string} [tlsName] with `tls`: the DNS name the server's certificate is made for
+ *   (default `localhost`, which also gets IP 127.0.0.1); the TLS connect string still says localhost
  * @property {boolean} [peerLinks] startEnsemble only: the servers reach each other through
  *   forwarders in this process, so that ZkEnsembleHandle.isolate(id) can cut one off from the
  *   others while its client port stays up (they last as long as this process, or until stop())
@@ -517,7 +545,10 @@ function startArgs(cmd, opts) {
 export async function startStandalone(opts = {}) {
   const [dir, args] = startArgs('start', opts);
   const handle = new ZkServerHandle(dir, { echoStderr: opts.echoStderr, jvmFlags: opts.jvmFlags });
-  await handle.script(opts.port ? [...args, '--port', String(opts.port)] : args);
+  if (opts.port) args.push('--port', String(opts.port));
+  if (opts.tls) args.push('--tls', opts.tls);
+  if (opts.tlsName) args.push('--tls-name', opts.tlsName);
+  await handle.script(args);
   return handle;
 }
 
@@ -527,6 +558,7 @@ export async function startStandalone(opts = {}) {
  * @returns {Promise<ZkEnsembleHandle>}
  */
 export async function startEnsemble(opts = {}) {
+  if (opts.tls) throw new Error('startEnsemble: tls is for a standalone server only');
   const [dir, args] = startArgs('ensemble', opts);
   const handle = new ZkEnsembleHandle(dir, { echoStderr: opts.echoStderr, jvmFlags: opts.jvmFlags });
   if (!opts.peerLinks) {

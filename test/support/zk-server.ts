@@ -13,4 +13,4 @@ export {
   zkScript,
   ZkServerHandle,
 } from '../../scripts/support/zookeeper.mjs';
-export type { StartOptions, ZkMode, ZkServerInfo } from '../../scripts/support/zookeeper.mjs';
+export type { StartOptions, ZkMode, ZkServerInfo, ZkTlsMaterial } from '../../scripts/support/zookeeper.mjs';
