@@ -17,8 +17,10 @@ import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/prom
 import { CreateMode, LockEngine, Mutex, ReadWriteLock, SECURE_PARENT_ACL, Semaphore, ZkConnection } from '../dist/index.js';
 import { electionCommands } from './agent-election.mjs';
 import { keyCommands } from './agent-keys.mjs';
+import { TcpProxy } from '../scripts/support/tcp-proxy.mjs';
 import { mntr, notificationsIn } from './support.mjs';
 
+/** `client`: ZkConnection's option (undefined: its default, the TypeScript client; 'addon': the C client). */
 const config = JSON.parse(process.argv[2] ?? '{}');
 const ZK = config.zk;
 const SESSION_TIMEOUT_MS = 10_000;
@@ -26,9 +28,12 @@ const SESSION_TIMEOUT_MS = 10_000;
 // ---------------------------------------------------------------------------------------------
 // Connections
 
-/** @param {import('../dist/index.js').ZkAuth} [auth] */
-async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS, auth = undefined) {
-  const connection = new ZkConnection({ connectString: ZK, sessionTimeoutMs, auth });
+/**
+ * Every connection of this agent uses the agent's client (`config.client`).
+ * @param {import('../dist/index.js').ZkAuth} [auth]
+ */
+async function openConnection(sessionTimeoutMs = SESSION_TIMEOUT_MS, auth = undefined, connectString = ZK) {
+  const connection = new ZkConnection({ connectString, sessionTimeoutMs, auth, client: config.client });
   await connection.connect();
   return connection;
 }
@@ -481,6 +486,76 @@ async function notifyFloor({ samples, path, idleMs }) {
   return { times, exists };
 }
 
+/**
+ * The longest the event loop was held between the turns of a 1 ms interval timer (its lateness),
+ * from now until stop().
+ */
+function stallMonitor(everyMs = 1) {
+  let last = performance.now();
+  let max = 0;
+  const timer = setInterval(() => {
+    const now = performance.now();
+    max = Math.max(max, now - last - everyMs);
+    last = now;
+  }, everyMs);
+  return {
+    stop() {
+      clearInterval(timer);
+      return Math.max(max, performance.now() - last - everyMs);
+    },
+  };
+}
+
+/**
+ * Closing a lost session on a silent link, `samples` times: a connection of this agent's client
+ * through a loopback proxy (scripts/support/tcp-proxy.mjs) holds a lock; the proxy goes silent
+ * (nothing passes either way, nothing closes); the connection declares the session lost before its
+ * deadline and then closes the old handle. Measured: how long that close() call held the event
+ * loop (its synchronous part: the C client waits in it for the server's answer to the close), the
+ * longest event-loop stall from the silence until `afterMs` after the loss, the same over an
+ * equal window of the healthy idle link before, and when the loss came after the silence.
+ */
+async function closeBlock({ samples, sessionTimeoutMs, path, afterMs = 2000 }) {
+  const runs = [];
+  for (let i = 0; i < samples; i++) {
+    const proxy = await TcpProxy.start(ZK);
+    const c = await openConnection(sessionTimeoutMs, undefined, proxy.connectString);
+    const e = new LockEngine(c, { app: 'bench' });
+    try {
+      const lease = await new Mutex(e, `${path}/s${i}`, `${path}/s${i}`).acquire();
+      const session = /** @type {NonNullable<typeof c.session>} */ (c.session);
+      /** @type {number | undefined} */
+      let closeMs;
+      const close = session.close.bind(session);
+      session.close = () => {
+        const started = performance.now();
+        try {
+          return close();
+        } finally {
+          closeMs = performance.now() - started;
+        }
+      };
+      const lost = new Promise((resolve) => c.once('lost', () => resolve(performance.now())));
+      const idle = stallMonitor();
+      await sleep(sessionTimeoutMs);
+      const baselineStallMs = idle.stop();
+      const silentAt = performance.now();
+      const stalls = stallMonitor();
+      proxy.blackhole({ holdCloses: true });
+      const lostAt = /** @type {number} */ (await lost);
+      await sleep(afterMs);
+      const maxStallMs = stalls.stop();
+      runs.push({ closeMs, maxStallMs, baselineStallMs, lostAfterMs: lostAt - silentAt, leaseAborted: lease.signal.aborted });
+    } finally {
+      proxy.restore();
+      await e.drain().catch(() => undefined);
+      await c.close().catch(() => undefined);
+      await proxy.close();
+    }
+  }
+  return { runs, client: config.client ?? 'typescript' };
+}
+
 /** Holds the lock for `ms` (a timer), or for one event-loop turn when 0. */
 function hold(ms) {
   return ms > 0 ? sleep(ms) : immediate();
@@ -851,6 +926,7 @@ const handlers = {
   queue: queueRun,
   notifyFloor,
   closePool: async () => (await closePool(), {}),
+  closeBlock,
   semaphore: semaphoreRun,
   rw: rwRun,
   scaleLocks,
@@ -860,7 +936,7 @@ const handlers = {
   ping: async () => ({ pid: process.pid }),
 };
 
-process.stdout.write(JSON.stringify({ ready: true, pid: process.pid, sessionId: connection.sessionId }) + '\n');
+process.stdout.write(JSON.stringify({ ready: true, pid: process.pid, sessionId: connection.sessionId, client: connection.usesAddon ? 'addon' : 'typescript' }) + '\n');
 
 const lines = createInterface({ input: process.stdin, crlfDelay: Infinity });
 for await (const line of lines) {

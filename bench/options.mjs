@@ -4,8 +4,8 @@ import { readFileSync } from 'node:fs';
 
 /** @param {string[]} argv */
 export function parseArgs(argv) {
-  /** @type {{ quick: boolean, curator: boolean, redis: boolean, profile: boolean, ensemble: boolean, only?: Set<string>, churnSeconds?: number, rounds?: number, roundMs?: number }} */
-  const opts = { quick: false, curator: true, redis: true, profile: false, ensemble: false, only: undefined };
+  /** @type {{ quick: boolean, curator: boolean, redis: boolean, addon: boolean, profile: boolean, ensemble: boolean, only?: Set<string>, churnSeconds?: number, rounds?: number, roundMs?: number }} */
+  const opts = { quick: false, curator: true, redis: true, addon: true, profile: false, ensemble: false, only: undefined };
   for (let i = 0; i < argv.length; i++) {
     const [flag, inline] = argv[i].split('=', 2);
     const value = () => inline ?? argv[++i];
@@ -36,6 +36,9 @@ export function parseArgs(argv) {
         break;
       case '--no-redis':
         opts.redis = false;
+        break;
+      case '--no-addon':
+        opts.addon = false;
         break;
       case '--help':
       case '-h':
@@ -70,6 +73,9 @@ export function parseArgs(argv) {
     scaleLocks: 10_000,
     scaleWaiters: 1_000,
     profileSeconds: q ? 3 : 6,
+    // Closing a lost session on a silent link: samples per client, and the session timeout there.
+    closeSamples: q ? 1 : 3,
+    closeSessionTimeoutMs: 2000,
   };
 }
 

@@ -202,6 +202,9 @@ function reportApp(app) {
   }
 }
 
+/** Heap after GC per item while held (a scale run's raw nodes, locks or waiters). */
+const heapPer = (/** @type {any} */ r) => (r.m1.heapUsed - r.m0.heapUsed) / r.count;
+
 /** @param {Record<string, any>} results */
 export function report(results) {
   const W = results.timed ?? {};
@@ -220,12 +223,14 @@ export function report(results) {
     W5x4: 'W5 10 000 keys, 4 processes × 16',
   };
   for (const workload of ['W1', 'W2', 'W3', 'W5', 'W5x4']) {
-    for (const peer of ['raw', 'raw-keys', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis']) {
+    const peers = ['raw', 'raw-keys', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis'];
+    for (const peer of peers.flatMap((p) => [p, `${p}@addon`])) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;
+      const [name, client] = peer.split('@');
       rows.push([
         workloadLabel[workload],
-        PEER_LABEL[peer],
+        `${name === 'raw' && workload.startsWith('W5') ? 'raw create+delete, 64 outstanding' : PEER_LABEL[name]}${client ? ` [${client}]` : ''}`,
         fmt.ops(a.opsPerSec),
         `${Math.min(...a.rounds)}–${Math.max(...a.rounds)}`,
         fmt.ms(a.p50),
@@ -265,7 +270,10 @@ export function report(results) {
     ]);
   }
   if (rows.length) {
-    console.log('Throughput (median of rounds) and acquire latency (pooled); "ours ÷ peer" = our ops/s over the peer\'s in the same workload');
+    console.log(
+      'Throughput (median of rounds) and acquire latency (pooled); "ours ÷ peer" = our ops/s (default client) over the peer\'s in the same workload; ' +
+        "[addon]: through ZkConnection's `client: 'addon'` (the C client), the other ZooKeeper rows through the default (TypeScript) client",
+    );
     printTable(
       ['workload', 'peer', 'ops/s', 'rounds min–max', 'p50 ms', 'p99 ms', 'ours ÷ peer', 'client CPU µs/op', 'server CPU µs/op', 'cores busy', 'ZK req/op', 'notif/op', 'fairness', 'check'],
       rows,
@@ -302,10 +310,9 @@ export function report(results) {
 
   reportRatios(results);
 
-  if (results.scale) {
-    const { raw, locks, waiters } = results.scale;
-    const heapPer = (/** @type {any} */ r) => (r.m1.heapUsed - r.m0.heapUsed) / r.count;
-    console.log('\nScale (one process, one connection)');
+  for (const [client, scale] of Object.entries(results.scale ?? {})) {
+    const { raw, locks, waiters } = /** @type {any} */ (scale);
+    console.log(`\nScale (one process, one connection, ${client} client)`);
     printTable(
       ['measure', 'value', 'check'],
       [
@@ -342,26 +349,83 @@ export function report(results) {
   reportApp(results.app);
 
   // ---- Targets ------------------------------------------------------------------------------
+  // Issue #30's, for the default (TypeScript) client, as ratios to the addon's raw baselines of
+  // this run; the addon's own rows next to them for comparison. Then the earlier issues' targets.
+  /** @type {{ name: string, client: string, value: string, target: string, met: boolean | undefined, detail: string }[]} */
   const targets = [];
-  const add = (name, met, detail) => targets.push({ name, met, detail });
-  const w1 = W['W1/ours'];
-  const raw = W['W1/raw'];
-  if (w1 && raw) {
-    const r = w1.opsPerSec / raw.opsPerSec;
-    add('W1, default options, ≥ 95% of raw serial create+delete', r >= 0.95, `${fmt.ops(w1.opsPerSec)} vs ${fmt.ops(raw.opsPerSec)} cycles/s = ${(r * 100).toFixed(1)}%`);
+  /**
+   * @param {string} name
+   * @param {string} client
+   * @param {number | undefined} ratio
+   * @param {number} goal at least this ratio
+   * @param {string} detail
+   */
+  const atLeast = (name, client, ratio, goal, detail) => {
+    if (ratio === undefined || !Number.isFinite(ratio)) return;
+    targets.push({ name, client, value: fmt.ratio(ratio), target: `≥ ${goal.toFixed(1)}×`, met: ratio >= goal, detail });
+  };
+  const add = (name, met, detail) => targets.push({ name, client: 'typescript', value: '', target: '', met, detail });
+  const ops = (/** @type {any} */ a) => fmt.ops(a.opsPerSec);
+  const rawSerialAddon = W['W1/raw@addon'];
+  const rawPipelinedAddon = W['W5/raw@addon'];
+  const rawSerial = W['W1/raw'];
+  const rawPipelined = W['W5/raw'];
+  if (rawSerial && rawSerialAddon) {
+    atLeast('#30 raw create+delete, serial: new client ÷ addon', 'typescript', rawSerial.opsPerSec / rawSerialAddon.opsPerSec, 1, `${ops(rawSerial)} vs ${ops(rawSerialAddon)} pairs/s (client CPU ${fmt.n(rawSerial.clientCpuUsPerOp, 0)} vs ${fmt.n(rawSerialAddon.clientCpuUsPerOp, 0)} µs/pair)`);
   }
-  // The issue's ways in: a release that does not wait for the delete, and idle retention.
-  for (const [peer, label] of [['ours-bg', 'releaseInBackground'], ['ours-retain', 'retainMs']]) {
-    const a = W[`W1/${peer}`];
-    if (!a || !raw) continue;
-    const r = a.opsPerSec / raw.opsPerSec;
-    add(`W1 with ${label} ≥ raw serial create+delete`, r >= 1, `${fmt.ops(a.opsPerSec)} vs ${fmt.ops(raw.opsPerSec)} cycles/s = ${r.toFixed(2)}×`);
+  if (rawPipelined && rawPipelinedAddon) {
+    atLeast('#30 raw create+delete, 64 outstanding: new client ÷ addon', 'typescript', rawPipelined.opsPerSec / rawPipelinedAddon.opsPerSec, 2, `${ops(rawPipelined)} vs ${ops(rawPipelinedAddon)} pairs/s (client CPU ${fmt.n(rawPipelined.clientCpuUsPerOp, 0)} vs ${fmt.n(rawPipelinedAddon.clientCpuUsPerOp, 0)} µs/pair)`);
   }
-  const pipelinedRaw = W['W5/raw'];
-  for (const [key, label] of [['W5/ours-keys', '1 process'], ['W5x4/ours-keys', '4 processes']]) {
-    if (!W[key] || !pipelinedRaw) continue;
-    const r = W[key].opsPerSec / pipelinedRaw.opsPerSec;
-    add(`W5 (${label} × 16) ≥ 0.5× raw create+delete with 64 outstanding`, r >= 0.5, `${fmt.ops(W[key].opsPerSec)} vs ${fmt.ops(pipelinedRaw.opsPerSec)} acquisitions/s = ${r.toFixed(2)}×`);
+  for (const [peer, label, goal] of /** @type {[string, string, number][]} */ ([['ours', 'default options', 1], ['ours-bg', 'releaseInBackground', 1.8]])) {
+    for (const client of ['typescript', 'addon']) {
+      const a = W[`W1/${peer}${client === 'addon' ? '@addon' : ''}`];
+      if (!a || !rawSerialAddon) continue;
+      atLeast(`#30 W1 ${label} ÷ raw serial create+delete through the addon`, client, a.opsPerSec / rawSerialAddon.opsPerSec, goal, `${ops(a)} vs ${ops(rawSerialAddon)} cycles/s (${fmt.n(a.zkRequestsPerOp, 2)} requests/cycle)`);
+    }
+  }
+  if (rawPipelinedAddon) {
+    const w5x4 = W['W5x4/ours-keys'];
+    const vsOwn = (/** @type {number} */ perSec) => (rawPipelined ? `; ${fmt.ratio(perSec / rawPipelined.opsPerSec)} the new client's raw (${ops(rawPipelined)})` : '');
+    if (w5x4) {
+      atLeast('#30 W5 4 processes × 16 ÷ raw pipelined (addon, 64 outstanding)', 'typescript', w5x4.opsPerSec / rawPipelinedAddon.opsPerSec, 0.8, `${ops(w5x4)} vs ${ops(rawPipelinedAddon)} acquisitions/s (${fmt.n(w5x4.zkRequestsPerOp, 2)} requests each)${vsOwn(w5x4.opsPerSec)}`);
+    }
+    for (const [workload, label] of [['W5x4', '4 processes'], ['W5', '1 process']]) {
+      const cold = results.keysWarmup?.[workload];
+      if (!cold) continue;
+      atLeast(`#30 W5 keys new to the process (cold pass, ${label}) ÷ raw pipelined (addon)`, 'typescript', cold.perSec / rawPipelinedAddon.opsPerSec, 0.6, `${fmt.ops(cold.perSec)} vs ${ops(rawPipelinedAddon)} acquisitions/s${vsOwn(cold.perSec)}`);
+    }
+  }
+  if (results.app?.locks && results.app?.off) {
+    const { locks, off } = results.app;
+    atLeast('#30 sample app: locked ÷ unlocked requests/s', 'typescript', locks.reqPerSec / off.reqPerSec, 0.7, `${fmt.ops(locks.reqPerSec)} vs ${fmt.ops(off.reqPerSec)} requests/s; +${fmt.n(locks.instanceCpuUs - off.instanceCpuUs, 0)} µs instance CPU per request`);
+  }
+  for (const client of ['typescript', 'addon']) {
+    const a = W[`W1/ours${client === 'addon' ? '@addon' : ''}`];
+    const raw = W[`W1/raw${client === 'addon' ? '@addon' : ''}`];
+    if (a) {
+      targets.push({ name: '#30 client CPU per uncontended lock cycle (W1 default)', client, value: `${fmt.n(a.clientCpuUsPerOp, 0)} µs`, target: 'report', met: undefined, detail: raw ? `raw serial create+delete through the same client: ${fmt.n(raw.clientCpuUsPerOp, 0)} µs/pair` : '' });
+    }
+  }
+  for (const [client, scale] of Object.entries(results.scale ?? {})) {
+    const { locks, raw } = /** @type {any} */ (scale);
+    targets.push({ name: '#30 heap per held lock (10 000 distinct locks held, after GC)', client, value: `${fmt.n(heapPer(locks) / 1024, 2)} KiB`, target: 'report', met: undefined, detail: `raw: ${fmt.n(heapPer(raw), 0)} B per ephemeral node; ${fmt.n((locks.cpuMs * 1000) / locks.count, 0)} µs client CPU per lock (acquire + release)` });
+  }
+  for (const [client, c] of Object.entries(results.closeBlock ?? {})) {
+    const ok = c.closeMs !== undefined && c.closeMsMax < 1;
+    targets.push({
+      name: '#30 closing a lost session on a silent link: event-loop block of close()',
+      client,
+      value: c.closeMs === undefined ? 'not closed' : `${fmt.ms(c.closeMs)} ms`,
+      target: client === 'typescript' ? '0 ms (< 1)' : 'report (~1.5 s)',
+      met: client === 'typescript' ? ok : undefined,
+      detail: `median of ${c.runs.length} (max ${fmt.ms(c.closeMsMax)} ms); longest event-loop stall from the silence to 2 s after the loss ${fmt.ms(c.maxStallMs)} ms (idle link: ${fmt.ms(c.baselineStallMs)} ms); lost ${fmt.n(c.lostAfterMs, 0)} ms after the silence (session timeout ${c.sessionTimeoutMs} ms)`,
+    });
+  }
+  // Earlier issues' targets (W1 with retainMs against the default client's raw serial pairs).
+  const retain = W['W1/ours-retain'];
+  if (retain && rawSerial) {
+    const r = retain.opsPerSec / rawSerial.opsPerSec;
+    targets.push({ name: 'W1 with retainMs ÷ raw serial create+delete', client: 'typescript', value: fmt.ratio(r), target: '≥ 1.0×', met: r >= 1, detail: `${ops(retain)} vs ${ops(rawSerial)} cycles/s` });
   }
   if (W['W3/ours'] && W['W3/curator']) {
     const r = W['W3/ours'].opsPerSec / W['W3/curator'].opsPerSec;
@@ -403,8 +467,12 @@ export function report(results) {
   }
   results.targets = targets;
   if (targets.length) {
-    console.log('\nTargets (ratios within this run)');
-    printTable(['target', 'result', 'numbers'], targets.map((t) => [t.name, t.met ? 'met' : 'NOT MET', t.detail]));
+    console.log("\nTargets (ratios within this run; #30: issue #30's, set for the default client, the addon's rows for comparison)");
+    printTable(
+      ['target', 'client', 'measured', 'target', 'met', 'numbers'],
+      targets.map((t) => [t.name, t.client, t.value, t.target, t.met === undefined ? '' : t.met ? 'met' : 'NOT MET', t.detail]),
+      ['', '', 'r', 'r', '', ''],
+    );
   }
 
   if (results.profiles) {

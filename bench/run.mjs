@@ -1,8 +1,8 @@
 // Benchmarks of nestjs-zk-lock against the locks users would pick instead, side by side in one run.
 //
 //   npm run build && node bench/run.mjs [--quick] [--churn-seconds N] [--rounds N] [--round-ms N]
-//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,churn,keychurn,app]
-//                                      [--profile] [--ensemble] [--no-curator] [--no-redis]
+//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,close,churn,keychurn,app]
+//                                      [--profile] [--ensemble] [--no-curator] [--no-redis] [--no-addon]
 //   (`npm run bench -- --quick` runs it)
 //
 //   default: 8 rounds × 1000 ms per peer, 300 s churn (~9.5 min, and ~3.5 min of `app`); --quick:
@@ -14,6 +14,13 @@
 // free loopback port. This process holds no ZooKeeper session: every client runs in a child
 // "agent" (bench/agent.mjs for Node, bench/java/CuratorBench.java for Curator), so no native
 // ZooKeeper socket can leak into the processes started here.
+//
+// Two ZooKeeper clients, side by side (issue #30): every agent runs ZkConnection's default client
+// (the TypeScript one, lib/core/zookeeper/), and where the comparison matters a twin agent runs
+// `client: 'addon'` (the C client of the `zookeeper` package; its rows marked [addon]): the raw
+// baselines (serial create+delete in W1, 64 outstanding in W5), W1 default and releaseInBackground,
+// scale (heap per held lock) and close. --no-addon: the default client only. The "Targets" table
+// sets the ratios of issue #30 against the addon's raw baselines of the same run.
 //
 // Workloads (one lock path each; every run checked with a non-atomic counter, see agent.mjs):
 //   W1  uncontended: 1 worker, lock+unlock cycles/s, acquire latency
@@ -30,7 +37,9 @@
 //       close() (or stepDown()) → the successor's `gained`, p50/p99 (election.mjs)
 //   auth  W1 with digest auth and SECURE_PARENT_ACL (as ZkLockModule sets up `auth`) vs without
 //   semaphore (4 permits, 16 workers), read-write lock (90 % reads, 16 workers), 2 ms holds
-//   scale: 10 000 distinct locks held at once; 1 000 waiters on one lock
+//   scale: 10 000 distinct locks held at once; 1 000 waiters on one lock (per client)
+//   close: closing a lost session on a silent link (a loopback proxy that goes silent), per client:
+//       how long the close held the event loop (the C client waits in it for the server's answer)
 //   churn: a mix of acquires, tries, timeouts and semaphore leases; heap after GC before/after
 //   keychurn: every acquisition a new key; server znodes during and after, vs containers left to
 //       ZooKeeper's reaper (keys.mjs)
@@ -58,7 +67,7 @@ import { BENCH_DIR, prepareCurator, startRedis, withZooKeeper } from './support.
 import { runLeadership } from './election.mjs';
 import { runKeyChurn } from './keys.mjs';
 import { runApp } from './app.mjs';
-import { runAlternatingRounds, runChurn, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
+import { runAlternatingRounds, runChurn, runCloseBlock, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
 
 async function main() {
   console.log(
@@ -105,6 +114,7 @@ async function main() {
       await runQueue(ctx, started.main);
       await runLeadership(ctx, started);
       await runRecipes(ctx, started.main);
+      await runCloseBlock(ctx, started);
       // Close the long-lived agents before the memory runs (fewer sessions, less noise).
       await Promise.all(agents.splice(0).map((a) => a.close()));
       await runApp(ctx);

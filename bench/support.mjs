@@ -408,6 +408,7 @@ export function summarizeCpuProfile(file, top = 15, { inclusiveOf = (/** @type {
     if (callFrame.functionName === '(garbage collector)') return 'GC';
     if (callFrame.functionName === '(program)') return 'native (libuv, ZooKeeper C client, V8)';
     if (url.includes('/sample-app/')) return 'sample app';
+    if (/\/dist\/(cjs\/)?core\/zookeeper\//.test(url)) return 'TypeScript ZooKeeper client (dist/core/zookeeper/)';
     if (url.includes('/dist/')) return 'library (dist/)';
     if (url.includes('node_modules/zookeeper')) return 'zookeeper binding JS';
     const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];

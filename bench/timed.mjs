@@ -15,7 +15,16 @@ const AGENT = join(BENCH_DIR, 'agent.mjs');
  * @property {number} workers
  * @property {number} ms
  * @property {string} [profile] a .cpuprofile to write
+ * @property {'addon'} [client] the agents' ZooKeeper client when not the default (their paths apart)
  */
+
+/**
+ * A peer's key in the results: `W1/raw`, and `W1/raw@addon` through the addon.
+ * @param {{ workload: string, peer: string, client?: string }} run
+ */
+export function runKey({ workload, peer, client }) {
+  return `${workload}/${peer}${client ? `@${client}` : ''}`;
+}
 
 export function nodeAgent(name, config, extraNodeArgs = []) {
   return new Agent(name, process.execPath, ['--expose-gc', ...extraNodeArgs, AGENT, JSON.stringify({ ...config, name })]);
@@ -57,11 +66,11 @@ export function readCounterFile(file) {
  * @param {{ zk: string, zkPid?: number[], redis?: { pid?: number } }} ctx
  * @param {TimedRun} run
  */
-export async function timed(ctx, { workload, peer, agents, workers, ms, profile }) {
+export async function timed(ctx, { workload, peer, agents, workers, ms, profile, client }) {
   const shared = agents.length > 1;
   const file = shared ? counterFile() : undefined;
   const counter = file ?? 'mem';
-  const path = `${BASE}/${workload}-${peer}`;
+  const path = `${BASE}/${workload}-${peer}${client ? `-${client}` : ''}`;
   const t0 = Date.now() + (shared || profile ? 150 : 60);
   const t1 = t0 + ms;
   const zkBefore = ZK_PEERS.has(peer) ? await mntr(ctx.zk) : undefined;

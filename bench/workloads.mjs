@@ -4,7 +4,12 @@ import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { BASE, fail, opts, stamp, wants } from './options.mjs';
 import { Agent, BENCH_DIR, median, mntr, notificationsIn, percentile, processCpuMs, summarizeCpuProfile } from './support.mjs';
-import { aggregate, counterFile, javaAgent, nodeAgent, readCounterFile, timed } from './timed.mjs';
+import { aggregate, counterFile, javaAgent, nodeAgent, readCounterFile, runKey, timed } from './timed.mjs';
+
+/** The clients a workload runs through where the comparison matters: the default, and the addon unless --no-addon. */
+export const CLIENTS = /** @type {('typescript' | 'addon')[]} */ (opts.addon ? ['typescript', 'addon'] : ['typescript']);
+/** An agent's config for `client` (ZkConnection's default when 'typescript'). */
+const withClient = (config, client) => (client === 'addon' ? { ...config, client } : config);
 
 /**
  * What the workloads share: the servers, the agents' config, the live agents (closed at the end
@@ -25,21 +30,27 @@ function rangeOf(xs) {
 }
 
 /**
- * The long-lived agents: the main Node one, four processes (W3, leadership), Curator's (when it
- * can run here).
+ * The long-lived agents: the main Node one (the default client), its twin through the addon (the
+ * raw baselines, W1 and the close block side by side), four processes (W3, leadership), Curator's
+ * (when it can run here).
  * @param {BenchContext} ctx
  * @param {((connectString: string) => string[]) | undefined} curatorArgs
  */
 export async function startAgents({ zk, config, agents, track }, curatorArgs) {
-  const needMain = ['w1', 'w2', 'w4', 'w5', 'sem', 'rw', 'auth'].some(wants);
+  const needMain = ['w1', 'w2', 'w4', 'w5', 'sem', 'rw', 'auth', 'close'].some(wants);
   const needProcs = wants('w3') || wants('w5') || wants('leader');
   const main = needMain ? track(nodeAgent('agent-main', config)) : undefined;
+  const mainAddon = opts.addon && ['w1', 'w5', 'close'].some(wants) ? track(nodeAgent('agent-main-addon', withClient(config, 'addon'))) : undefined;
   const procs = needProcs ? [0, 1, 2, 3].map((i) => track(nodeAgent(`agent-proc-${i}`, config))) : [];
   const curatorMain = curatorArgs && (wants('w1') || wants('w2')) ? track(javaAgent('curator-main', curatorArgs(zk))) : undefined;
   const curatorProcs = curatorArgs && needProcs ? [0, 1, 2, 3].map((i) => track(javaAgent(`curator-proc-${i}`, curatorArgs(zk)))) : [];
-  await Promise.all(agents.map((a) => a.ready));
-  console.log(`agents ready: ${agents.map((a) => a.name).join(', ')}\n`);
-  return { main, procs, curatorMain, curatorProcs };
+  const ready = await Promise.all(agents.map((a) => a.ready));
+  console.log(`agents ready: ${agents.map((a, i) => (ready[i]?.client ? `${a.name} (${ready[i].client})` : a.name)).join(', ')}\n`);
+  for (const [agent, client] of /** @type {[Agent | undefined, string][]} */ ([[main, 'typescript'], [mainAddon, 'addon']])) {
+    const said = agent && ready[agents.indexOf(agent)]?.client;
+    if (agent && said !== client) throw new Error(`${agent.name} runs the ${said} client, not ${client}`);
+  }
+  return { main, mainAddon, procs, curatorMain, curatorProcs };
 }
 
 /**
@@ -47,16 +58,22 @@ export async function startAgents({ zk, config, agents, track }, curatorArgs) {
  * @param {BenchContext} ctx
  * @param {Awaited<ReturnType<typeof startAgents>>} agents
  */
-export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, curatorProcs: curatorW3 }) {
+export async function runAlternatingRounds(ctx, { main, mainAddon, procs: w3, curatorMain, curatorProcs: curatorW3 }) {
   const { redis, results } = ctx;
   // W1 and W2 are wanted only with the main agent started (startAgents).
   const mainAgent = /** @type {Agent} */ (main);
   // ---- W1, W2, W3: alternating rounds -------------------------------------------------
+  /** @type {Array<{ workload: string, peer: string, agents: Agent[], workers: number, client?: 'addon' }>} */
   const plan = [];
   // `auth`: our W1 with digest auth (and the module's ACL for it) next to our W1 without.
   const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
   if (wants('auth')) w1Peers.splice(w1Peers.indexOf('ours') + 1, 0, 'ours-auth');
-  for (const peer of w1Peers) plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
+  for (const peer of w1Peers) {
+    plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
+    // The same through the addon where the clients' comparison matters (issue #30): the raw
+    // serial baseline, and the library's uncontended cycle with and without releaseInBackground.
+    if (mainAddon && wants('w1') && ['raw', 'ours', 'ours-bg'].includes(peer)) plan.push({ workload: 'W1', peer, agents: [mainAddon], workers: 1, client: 'addon' });
+  }
   if (wants('w1')) {
     if (curatorMain) plan.push({ workload: 'W1', peer: 'curator', agents: [curatorMain], workers: 1 });
     if (redis) plan.push({ workload: 'W1', peer: 'redis', agents: [mainAgent], workers: 1 });
@@ -77,6 +94,7 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
     plan.push({ workload: 'W5', peer: 'ours-keys', agents: [mainAgent], workers: 16 });
     plan.push({ workload: 'W5x4', peer: 'ours-keys', agents: w3, workers: 16 });
     plan.push({ workload: 'W5', peer: 'raw', agents: [mainAgent], workers: 64 });
+    if (mainAddon) plan.push({ workload: 'W5', peer: 'raw', agents: [mainAddon], workers: 64, client: 'addon' });
     // Context, not the goal's peer: the three requests of this lock layout without the library.
     plan.push({ workload: 'W5', peer: 'raw-keys', agents: [mainAgent], workers: 16 });
   }
@@ -128,7 +146,7 @@ export async function runAlternatingRounds(ctx, { main, procs: w3, curatorMain, 
         process.stdout.write(` · ${r + 1}`);
         const order = r % 2 === 0 ? group : [...group].reverse();
         for (const p of order) {
-          const key = `${p.workload}/${p.peer}`;
+          const key = runKey(p);
           (timedRounds[key] ??= []).push(await timed(ctx, { ...p, ms: opts.roundMs }));
         }
       }
@@ -303,10 +321,13 @@ export async function runRecipes({ results }, main) {
  */
 export async function runScale({ zk, zkPid, config, agents, track, results }) {
   // ---- Scale ---------------------------------------------------------------------------
-  if (wants('scale')) {
-    process.stdout.write('scale: ');
-    const agent = track(nodeAgent('agent-scale', config));
+  if (!wants('scale')) return;
+  results.scale = {};
+  for (const client of CLIENTS) {
+    process.stdout.write(`scale (${client} client): `);
+    const agent = track(nodeAgent(`agent-scale-${client}`, withClient(config, client)));
     await agent.ready;
+    const base = `${BASE}/scale-${client}`;
     process.stdout.write(`${opts.scaleLocks} locks… `);
     const serverSide = async (work) => {
       const z0 = await mntr(zk);
@@ -316,17 +337,46 @@ export async function runScale({ zk, zkPid, config, agents, track, results }) {
       const z1 = await mntr(zk);
       return { ...res, zkRequests: z1.zk_packets_received - z0.zk_packets_received, zkNotifications: notificationsIn(z0, z1), zkCpuMs: c0 === undefined || c1 === undefined ? undefined : c1 - c0 };
     };
-    const raw = await serverSide(() => agent.request({ cmd: 'scaleRaw', count: opts.scaleLocks, base: `${BASE}/scale-raw` }));
-    const locks = await serverSide(() => agent.request({ cmd: 'scaleLocks', count: opts.scaleLocks, base: `${BASE}/scale` }));
+    const raw = await serverSide(() => agent.request({ cmd: 'scaleRaw', count: opts.scaleLocks, base: `${base}/raw` }));
+    const locks = await serverSide(() => agent.request({ cmd: 'scaleLocks', count: opts.scaleLocks, base: `${base}/locks` }));
     const locksOk = locks.held === locks.count && locks.counter === locks.count && locks.distinctPaths === locks.count;
-    if (!locksOk) fail(`scale: ${locks.held} of ${locks.count} locks held at once, counter ${locks.counter}`);
+    if (!locksOk) fail(`scale (${client}): ${locks.held} of ${locks.count} locks held at once, counter ${locks.counter}`);
     process.stdout.write(`${opts.scaleWaiters} waiters… `);
-    const waiters = await serverSide(() => agent.request({ cmd: 'scaleWaiters', count: opts.scaleWaiters, path: `${BASE}/waiters` }));
+    const waiters = await serverSide(() => agent.request({ cmd: 'scaleWaiters', count: opts.scaleWaiters, path: `${base}/waiters` }));
     const waitersOk = waiters.counter === waiters.count && waiters.acquired === waiters.count && waiters.errors.length === 0;
-    if (!waitersOk) fail(`1000 waiters: counter ${waiters.counter} ≠ ${waiters.count} ${waiters.errors.slice(0, 2).join(' | ')}`);
+    if (!waitersOk) fail(`${opts.scaleWaiters} waiters (${client}): counter ${waiters.counter} ≠ ${waiters.count} ${waiters.errors.slice(0, 2).join(' | ')}`);
     await agent.close();
     agents.splice(agents.indexOf(agent), 1);
-    results.scale = { raw, locks: { ...locks, check: locksOk ? 'ok' : 'FAILED' }, waiters: { ...waiters, check: waitersOk ? 'ok' : 'FAILED' } };
+    results.scale[client] = { raw, locks: { ...locks, check: locksOk ? 'ok' : 'FAILED' }, waiters: { ...waiters, check: waitersOk ? 'ok' : 'FAILED' } };
+    process.stdout.write('done\n');
+  }
+}
+
+/**
+ * Closing a lost session on a silent link, through each client (see closeBlock in agent.mjs): how
+ * long the close held the event loop.
+ * @param {BenchContext} ctx
+ * @param {{ main?: Agent, mainAddon?: Agent }} agents
+ */
+export async function runCloseBlock({ results }, { main, mainAddon }) {
+  if (!wants('close')) return;
+  results.closeBlock = {};
+  for (const [client, agent] of /** @type {[string, Agent | undefined][]} */ ([['typescript', main], ['addon', mainAddon]])) {
+    if (!agent) continue;
+    process.stdout.write(`close of a lost session on a silent link (${client} client, ${opts.closeSamples}×)… `);
+    const { runs } = await agent.request({ cmd: 'closeBlock', samples: opts.closeSamples, sessionTimeoutMs: opts.closeSessionTimeoutMs, path: `${BASE}/close-${client}` });
+    const closeMs = runs.map((r) => r.closeMs).filter((x) => x !== undefined);
+    if (closeMs.length < runs.length) fail(`close block (${client}): the lost session's handle was not closed within 2 s of the loss in ${runs.length - closeMs.length} of ${runs.length}`);
+    if (runs.some((r) => !r.leaseAborted)) fail(`close block (${client}): a lease's signal did not abort when its session was lost`);
+    results.closeBlock[client] = {
+      runs,
+      closeMs: closeMs.length ? median(closeMs) : undefined,
+      closeMsMax: closeMs.length ? Math.max(...closeMs) : undefined,
+      maxStallMs: median(runs.map((r) => r.maxStallMs)),
+      baselineStallMs: median(runs.map((r) => r.baselineStallMs)),
+      lostAfterMs: median(runs.map((r) => r.lostAfterMs)),
+      sessionTimeoutMs: opts.closeSessionTimeoutMs,
+    };
     process.stdout.write('done\n');
   }
 }
@@ -362,15 +412,23 @@ export async function runProfiles(ctx) {
     results.profiles = {};
     const dir = join(BENCH_DIR, 'results', `profiles-${stamp()}`);
     mkdirSync(dir, { recursive: true });
-    const agent = track(nodeAgent('agent-prof', config));
-    await agent.ready;
-    for (const [name, peer, workers] of /** @type {[string, string, number][]} */ ([
-      ['raw', 'raw', 1],
-      ['W1-ours', 'ours', 1],
-      ['W1-fifo', 'ours-fifo', 1],
-      ['W2-ours', 'ours', 8],
-      ['W2-herd', 'herd', 8],
+    /** @type {Map<string, Agent>} */
+    const byClient = new Map();
+    for (const client of CLIENTS) byClient.set(client, track(nodeAgent(`agent-prof-${client}`, withClient(config, client))));
+    await Promise.all([...byClient.values()].map((a) => a.ready));
+    const withAddon = (/** @type {[string, string, number][]} */ list) =>
+      list.flatMap(([name, peer, workers]) => [[name, peer, workers, 'typescript'], ...(opts.addon ? [[`${name}-addon`, peer, workers, 'addon']] : [])]);
+    for (const [name, peer, workers, client] of /** @type {[string, string, number, string][]} */ ([
+      ...withAddon([
+        ['raw', 'raw', 1],
+        ['W1-ours', 'ours', 1],
+        ['W1-bg', 'ours-bg', 1],
+      ]),
+      ['W1-fifo', 'ours-fifo', 1, 'typescript'],
+      ['W2-ours', 'ours', 8, 'typescript'],
+      ['W2-herd', 'herd', 8, 'typescript'],
     ])) {
+      const agent = /** @type {Agent} */ (byClient.get(client));
       process.stdout.write(`profile ${name}… `);
       const file = join(dir, `${name}.cpuprofile`);
       await timed(ctx, { workload: `prof-${name}`, peer, agents: [agent], workers, ms: 500 }); // warm-up
@@ -378,8 +436,10 @@ export async function runProfiles(ctx) {
       const summary = summarizeCpuProfile(file);
       results.profiles[name] = { opsPerSec: r.opsPerSec, acquired: r.acquired, clientCpuUsPerOp: r.clientCpuUsPerOp, serverCpuUsPerOp: r.serverCpuUsPerOp, ...summary, file };
     }
-    await agent.close();
-    agents.splice(agents.indexOf(agent), 1);
+    for (const agent of byClient.values()) {
+      await agent.close();
+      agents.splice(agents.indexOf(agent), 1);
+    }
     process.stdout.write('\n');
   }
 }
