@@ -235,14 +235,28 @@ export class WireZkSession implements ZkSession {
   private received(socket: net.Socket, chunk: Buffer): void {
     if (socket !== this.socket) return;
     this.lastReceivedAt = performance.now();
+    let frames: Buffer[];
     try {
-      for (const frame of this.frames!.push(chunk)) {
-        if (socket !== this.socket) return; // closed or dropped by what an earlier frame woke
-        this.handleFrame(frame);
-      }
+      frames = this.frames!.push(chunk);
     } catch (error) {
       if (!(error instanceof JuteDecodeError)) throw error;
-      // Out of sync with the server: nothing more on this link can be trusted.
+      // Out of sync with the server: nothing more on this link can be trusted (after what came before).
+      setImmediate(() => socket === this.socket && this.linkDown());
+      return;
+    }
+    // One frame per macrotask, as the C client's binding hands over one reply per callback: what an
+    // answer wakes, promise continuations included, has run before the next answer is handled. The
+    // recipes rely on it: a watch set again after a reconnect is settled (our node found gone, say)
+    // before the answer to the sync behind it confirms the link.
+    for (const frame of frames) setImmediate(() => this.handleFrameOn(socket, frame));
+  }
+
+  private handleFrameOn(socket: net.Socket, frame: Buffer): void {
+    if (socket !== this.socket) return; // closed, or dropped by an earlier frame
+    try {
+      this.handleFrame(frame);
+    } catch (error) {
+      if (!(error instanceof JuteDecodeError)) throw error;
       if (socket === this.socket) this.linkDown();
     }
   }
