@@ -196,6 +196,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       if (this.currentState !== 'connecting') return;
       const problems = await probeHosts(this.options.hosts);
       if (this.currentState !== 'connecting') return;
+      // What the session itself last met on a link (a TLS refusal, say), which a plain probe cannot see.
+      const linkError = this.current?.lastLinkError;
+      if (linkError) problems.push(`last attempt: ${linkError}`);
       this.lastProbe = problems;
       this.emit('unreachable', problems, Math.round(performance.now() - started));
       this.probeTimer = setTimeout(round, PROBE_EVERY_MS).unref();

@@ -216,6 +216,8 @@ export interface ZkSession {
   unwatch(path: string, listener: WatchListener): void;
   /** How long the oldest request still waiting for its answer has waited (0 if none). */
   unansweredForMs(): number;
+  /** Why the latest link attempt failed, where the client can tell (e.g. a TLS refusal); cleared by a handshake. */
+  readonly lastLinkError?: string;
 }
 
 export interface WriteOptions {

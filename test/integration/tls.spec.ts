@@ -118,6 +118,8 @@ describe('TLS to a real ZooKeeper (secureClientPort)', () => {
     const result = await refusedConnect({ connectString: need.secureConnectString, tls: { ca: otherName.tls.ca, cert, key } });
     expect(result.error).toBeInstanceOf(ZkConnectError);
     expect(result.connected).toBe(0);
+    // the error says why, which a plain TCP probe of the port cannot
+    expect(String(result.error)).toMatch(/last attempt: localhost:\d+: .*certificate/i);
   });
 
   it('refuses a server without any CA given (the system roots do not know the throw-away CA)', async () => {
@@ -137,6 +139,7 @@ describe('TLS to a real ZooKeeper (secureClientPort)', () => {
       const result = await refusedConnect({ connectString: otherName.secureConnectString, tls: { ca: otherName.tls.ca } });
       expect(result.error).toBeInstanceOf(ZkConnectError);
       expect(result.connected).toBe(0);
+      expect(String(result.error)).toMatch(/last attempt: localhost:\d+: .*does not match certificate's altnames/);
     });
 
     it('accepts it when checkServerIdentity says so: switched off, or checking the name the certificate was made for', async () => {
@@ -156,6 +159,13 @@ describe('TLS to a real ZooKeeper (secureClientPort)', () => {
       });
       expect(otherNameCheck.state).toBe('connected');
       expect(names.length).toBeGreaterThan(0);
+    });
+
+    it('checks the certificate against servername when one is given (as Node does), and sends it as SNI', async () => {
+      const connection = await connect({ connectString: otherName.secureConnectString, tls: { ca: otherName.tls.ca, servername: 'zk.other.test' } });
+      expect(connection.state).toBe('connected');
+      const result = await refusedConnect({ connectString: otherName.secureConnectString, tls: { ca: otherName.tls.ca, servername: 'zk.wrong.test' } });
+      expect(result.error).toBeInstanceOf(ZkConnectError);
     });
 
     it('still checks the chain with checkServerIdentity switched off: a CA that did not sign the certificate is refused', async () => {

@@ -84,6 +84,7 @@ export class WireZkSession implements ZkSession {
   private nextXid = 0;
 
   private state: LinkState = 'connecting';
+  lastLinkError: string | undefined;
   private socket: net.Socket | undefined;
   private frames: FrameReader | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
@@ -200,7 +201,7 @@ export class WireZkSession implements ZkSession {
           host: address.host,
           port: address.port,
           servername: tlsOptions.servername ?? (net.isIP(address.name) ? undefined : address.name),
-          checkServerIdentity: tlsOptions.checkServerIdentity ?? ((_host, cert) => tls.checkServerIdentity(address.name, cert)),
+          checkServerIdentity: tlsOptions.checkServerIdentity ?? ((_host, cert) => tls.checkServerIdentity(tlsOptions.servername ?? address.name, cert)),
         })
       : net.connect({ host: address.host, port: address.port });
     socket.setNoDelay(true);
@@ -214,7 +215,10 @@ export class WireZkSession implements ZkSession {
       this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
     });
     socket.on('data', (chunk: Buffer) => this.received(socket, chunk));
-    socket.on('error', () => undefined); // 'close' follows
+    socket.on('error', (error: NodeJS.ErrnoException) => {
+      // 'close' follows; the reason is kept for the connect error (a certificate refused, say).
+      if (socket === this.socket) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
+    });
     socket.on('close', () => {
       if (socket === this.socket) this.linkDown();
     });
@@ -310,6 +314,7 @@ export class WireZkSession implements ZkSession {
     this.sessionPassword = response.password;
     this.negotiatedTimeoutMs = response.timeoutMs;
     this.state = 'connected';
+    this.lastLinkError = undefined;
     this.hosts.connected();
     this.pingsOutstanding = 0;
     this.setWatchesOutstanding = 0;
