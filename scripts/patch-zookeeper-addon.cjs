@@ -400,7 +400,7 @@ function main() {
 
 function warn(message) {
   console.warn(`nestjs-zk-lock: WARNING: ${message}. Without the fix a ZooKeeper connection timeout can ` +
-    'abort the process (see "Known limitations" in the README). The install goes on.');
+    'abort the process (see docs/zookeeper-client.md, What the patch changes).');
 }
 
 main();

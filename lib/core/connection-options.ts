@@ -24,7 +24,7 @@ export interface ZkConnectionOptions {
   auth?: ZkAuth | ZkAuth[];
   /**
    * The ensemble's `tickTime`, or more. The lost signal allows for a follower's report of the
-   * session to the leader, every tickTime/2 (see the README, Lost locks). Default 2000, ZooKeeper's.
+   * session to the leader, every tickTime/2 (see docs/safety.md, Lost locks). Default 2000, ZooKeeper's.
    */
   serverTickTimeMs?: number;
   /**

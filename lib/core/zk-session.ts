@@ -368,7 +368,7 @@ export class NativeZkSession implements ZkSession {
 
   /**
    * An addon without our patch cannot create with an ACL: create open, then restrict it before
-   * the caller sees the node (a moment in which the node is open; see the README, Install).
+   * the caller sees the node (a moment in which the node is open; see docs/zookeeper-client.md, What the patch changes).
    */
   private async createThenRestrict(path: string, data: Buffer, mode: CreateMode, acl: readonly ZkAcl[]): Promise<string> {
     const created = await this.create(path, data, mode);

@@ -18,7 +18,7 @@ export interface WithLockOptions {
    * Keep the lock at least this long after the call started, even when it finished sooner, so an
    * instance whose clock fires the same tick a little later skips it (ShedLock's lockAtLeastFor).
    * Default for `@Cron` and `@Interval` jobs: until shortly before the next run (at most 60 s; see
-   * the README's "Scheduled jobs"); 0 for everything else.
+   * docs/with-lock.md, "Scheduled jobs"); 0 for everything else.
    */
   minHoldMs?: number;
   /**

@@ -17,7 +17,7 @@ import { zkConnectString } from '../support/helpers.js';
 // Each has a @Cron job under @WithLock and an @Interval job under @OnlyLeader (@nestjs/schedule 12
 // with Nest 12), checked in its own test runner, over nestjs-zk-lock/testing and over ZooKeeper.
 // Then the Vitest project on Vite 7, as a project locked before Vite 8 has it: esbuild drops the
-// decorator metadata, and the README's unplugin-swc config brings it back.
+// decorator metadata, and docs/testing.md's unplugin-swc config brings it back.
 // The projects install concurrently (mostly network and disk); `npm test` builds dist first.
 const root = fileURLToPath(new URL('../..', import.meta.url));
 const consumers = join(root, 'test/consumers');
@@ -97,7 +97,7 @@ describe.each(projects)('%s: %s', (name, _label, runner) => {
   }, 180_000);
 });
 
-// Not what nest new writes: the README's fix for Vitest on Vite 7 or older, whose esbuild transform
+// Not what nest new writes: docs/testing.md's fix for Vitest on Vite 7 or older, whose esbuild transform
 // does not emit decorator metadata (Nest then injects undefined into constructors).
 const swcVitestConfig = `import swc from 'unplugin-swc';
 import { defineConfig } from 'vitest/config';

@@ -6,7 +6,7 @@ import { OnLeadershipGained, OnLeadershipLost } from '../../lib/nest/only-leader
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { eventually, zkConnectString } from '../support/helpers.js';
 
-// A @OnLeadershipGained/@OnLeadershipLost hook that throws is reported as the README says, as a
+// A @OnLeadershipGained/@OnLeadershipLost hook that throws is reported as docs/leader-election.md says, as a
 // ZkLockWarning (ZkLockModule logs those as warnings, under its own name), not as an error, and the
 // election goes on.
 

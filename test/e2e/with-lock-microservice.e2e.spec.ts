@@ -9,7 +9,7 @@ import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.j
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { zkConnectString } from '../support/helpers.js';
 
-// A TCP microservice with the filter global, as the README says to register it: a caller that
+// A TCP microservice with the filter global, as docs/with-lock.md says to register it: a caller that
 // meets a busy lock must get an error reply at once, not wait for its own timeout (with the filter
 // rethrowing outside HTTP, Nest's RPC path sent nothing at all).
 let release: () => void = () => {};

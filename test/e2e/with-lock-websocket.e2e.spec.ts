@@ -14,7 +14,7 @@ import { closeAll, connect, nextEvent, zkConnectString } from '../support/helper
 import { TcpProxy } from '../support/tcp-proxy.js';
 
 // A real WebSocket gateway whose handlers are @WithLock, with ZkLockExceptionFilter registered as
-// the README says (APP_FILTER) and bound to the gateway: a caller that meets a busy lock gets an
+// docs/with-lock.md says (APP_FILTER) and bound to the gateway: a caller that meets a busy lock gets an
 // `exception` event with statusCode 409, one that meets an unreachable ZooKeeper 503, and the locked
 // sections of one key never overlap. On both of Nest's WebSocket platforms: socket.io (whose
 // `emit` reaches the client) and the native `ws` one (where an answer must be `send` as an
@@ -22,7 +22,7 @@ import { TcpProxy } from '../support/tcp-proxy.js';
 //
 // Nest applies no global filter to gateways (@nestjs/websockets' ExceptionFiltersContext
 // .getGlobalMetadata() returns []), so APP_FILTER alone never reaches a @SubscribeMessage handler:
-// the gateway needs @UseFilters(ZkLockExceptionFilter), as the README says. See the last case.
+// the gateway needs @UseFilters(ZkLockExceptionFilter), as docs/with-lock.md says. See the last case.
 
 interface Buy {
   seat: string;
@@ -374,7 +374,7 @@ describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockE
     });
 
     // Pins Nest's behaviour, which is why SalesGateway carries @UseFilters: if this starts failing
-    // (Nest applies global filters to gateways), the README can drop the @UseFilters advice.
+    // (Nest applies global filters to gateways), docs/with-lock.md can drop the @UseFilters advice.
     it("does not reach the gateway: the busy caller gets Nest's generic exception, not a 409", async () => {
       const [dave, erin] = [await open(url), await open(url)];
       const releaseDave = deferred();

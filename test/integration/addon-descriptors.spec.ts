@@ -26,7 +26,7 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
 
   // The C client as published creates its sockets without close-on-exec: a child process spawned
   // after the connection opened kept the socket open, so after a disconnection the client could
-  // not reconnect while the child lived (README's old "Child processes" limitation).
+  // not reconnect while the child lived (see docs/zookeeper-client.md, What the patch changes).
   it('a child process spawned while connected inherits no ZooKeeper socket', async () => {
     const connection = await connect();
     const child = spawn('sleep', ['30'], { stdio: 'ignore' });

@@ -380,7 +380,7 @@ describe("someone else's lease", () => {
   });
 
   it("runHolding with the lease of a lock nested below this one's path (x/child) does not count as holding x", async () => {
-    // Nesting lock paths is discouraged (README), but a lease of `x/child` is still not a lease of `x`.
+    // Nesting lock paths is discouraged (docs/on-zookeeper.md), but a lease of `x/child` is still not a lease of `x`.
     const e = await engine();
     const other = await engine();
     const path = uniquePath('run-holding-nested');

@@ -62,7 +62,7 @@ describe('ReadWriteLock downgrade across a lost link', () => {
         await untilChildCount(observer, path, 2);
 
         goDown(proxy, fault);
-        // The downgrade the README describes: the read lock asked for inside the write lock.
+        // The downgrade docs/locks.md describes: the read lock asked for inside the write lock.
         const reading = track(rwA.write.runHolding(write, () => rwA.read.acquire({ waitMs: 120_000 })));
         await whenAborted(writeSignal, 30_000);
         const heldByB = await within(writerB.promise, 30_000, 'B takes the write lock once A\'s session expired');

@@ -13,8 +13,10 @@ import { CreateMode, type SessionEvents, type ZkSession } from '../../lib/core/z
 import { FrameReader } from '../../lib/core/zookeeper/frames.js';
 import { JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
 import { WireZkSession, wireSessionFactoryWith } from '../../lib/core/zookeeper/session.js';
-import { eventually, zkConnectString } from '../support/helpers.js';
+import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { eventually, nextEvent, TEST_SERVER_TICK_MS, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { fourLetter, startEnsemble, type ZkEnsembleHandle } from '../support/zk-server.js';
 
 const EMPTY = Buffer.alloc(0);
 
@@ -470,6 +472,421 @@ describe('WireZkSession over TLS', () => {
       expect(session.isConnectedNatively).toBe(false);
     } finally {
       await server.close();
+    }
+  });
+});
+
+// ---- At scale, on a silent link, against a read-only server ----
+
+/** ZooKeeper's jute.maxbuffer default: the server drops a connection that sends a larger packet. */
+const JUTE_MAXBUFFER = 0xfffff;
+
+/**
+ * Reads the headers of the frames in a byte stream (length, then xid), skipping their bodies, and
+ * hands each frame's announced length and xid to `onFrame` as soon as its header is in: a frame
+ * the server refuses (over jute.maxbuffer) counts too, though the link goes before it is through.
+ * The first frame, the ConnectRequest (no request header), goes whole to `onConnect`.
+ */
+function frameHeaders(onFrame: (length: number, xid: number) => void, onConnect: (body: Buffer) => void): (chunk: Buffer) => void {
+  let header = Buffer.alloc(0);
+  let skip = 0;
+  let connect: Buffer[] | undefined;
+  let first = true;
+  return (chunk) => {
+    let offset = 0;
+    while (offset < chunk.length) {
+      if (skip > 0) {
+        const n = Math.min(skip, chunk.length - offset);
+        connect?.push(chunk.subarray(offset, offset + n));
+        skip -= n;
+        offset += n;
+        if (skip === 0 && connect) (onConnect(Buffer.concat(connect)), (connect = undefined));
+        continue;
+      }
+      const n = Math.min(8 - header.length, chunk.length - offset);
+      header = Buffer.concat([header, chunk.subarray(offset, offset + n)]);
+      offset += n;
+      if (header.length < 8) continue;
+      const length = header.readInt32BE(0);
+      if (first) connect = [header.subarray(4)];
+      else onFrame(length, header.readInt32BE(4));
+      first = false;
+      skip = length - 4;
+      header = Buffer.alloc(0);
+    }
+  };
+}
+
+/**
+ * A pass-through TCP forwarder to `target` that reads the client's frame headers: the announced
+ * sizes of the SetWatches (xid -8) each connection sent, the readOnly flag of each ConnectRequest
+ * (its last byte), and how many connections it accepted.
+ */
+async function requestTap(
+  target: string,
+): Promise<{ connectString: string; connections: number; setWatches: number[][]; readOnlyFlags: number[]; close(): Promise<void> }> {
+  const [host, port] = target.split(':');
+  const sockets = new Set<net.Socket>();
+  const tap = { connections: 0, setWatches: [] as number[][], readOnlyFlags: [] as number[] };
+  const server = net.createServer((client) => {
+    tap.connections++;
+    const sizes: number[] = [];
+    tap.setWatches.push(sizes);
+    const upstream = net.connect(Number(port), host);
+    sockets.add(client).add(upstream);
+    const read = frameHeaders(
+      (length, xid) => xid === -8 && sizes.push(length),
+      (connect) => tap.readOnlyFlags.push(connect[connect.length - 1]!),
+    );
+    client.on('data', (chunk) => {
+      read(chunk);
+      upstream.write(chunk);
+    });
+    upstream.on('data', (chunk) => client.write(chunk));
+    const close = () => {
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    for (const socket of [client, upstream]) socket.on('error', close).on('close', close);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return Object.assign(tap, {
+    connectString: `127.0.0.1:${(server.address() as net.AddressInfo).port}`,
+    close: async () => {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  });
+}
+
+/** The longest gap between the turns of a 5 ms interval: how long the event loop was blocked at most. */
+function stallMonitor(): { readonly maxMs: number; stop(): number } {
+  let last = performance.now();
+  let max = 0;
+  const timer = setInterval(() => {
+    const now = performance.now();
+    max = Math.max(max, now - last);
+    last = now;
+  }, 5);
+  return {
+    get maxMs() {
+      return Math.max(max, performance.now() - last);
+    },
+    stop() {
+      clearInterval(timer);
+      return this.maxMs;
+    },
+  };
+}
+
+const WATCHES = 50_000;
+const ON_NODES = 100; // data watches on as many nodes, child watches on as many more
+const ABSENT = WATCHES - 2 * ON_NODES;
+
+/**
+ * 50 000 watches of one session: exists watches on 49 800 paths that do not exist (47 bytes
+ * each, about 2.5 MB in all: a single SetWatches would be more than twice jute.maxbuffer), data
+ * watches on 100 nodes, child watches on 100 more. Every event is recorded by path.
+ */
+async function armFiftyThousandWatches(session: ZkSession, admin: ZkSession, base: string) {
+  const absent = Array.from({ length: ABSENT }, (_, i) => `${base}/absent-watched-path-number-${String(i).padStart(5, '0')}`);
+  const dataNodes = Array.from({ length: ON_NODES }, (_, i) => `${base}/d${i}`);
+  const childNodes = Array.from({ length: ON_NODES }, (_, i) => `${base}/c${i}`);
+  await Promise.all([...dataNodes, ...childNodes].map((p) => admin.create(p, EMPTY, CreateMode.PERSISTENT)));
+  const fired = new Map<string, string[]>();
+  const record = (e: { type: string; path: string }) => void fired.set(e.path, [...(fired.get(e.path) ?? []), e.type]);
+  const started = performance.now();
+  const stats = await Promise.all([
+    ...absent.map((p) => session.exists(p, record)),
+    ...dataNodes.map((p) => session.getData(p, record).then(() => 'set')),
+    ...childNodes.map((p) => session.getChildren(p, record).then(() => 'set')),
+  ]);
+  const armedInMs = performance.now() - started;
+  expect(stats.filter((s) => s === null)).toHaveLength(ABSENT);
+  const pathBytes = [...absent, ...dataNodes, ...childNodes].reduce((sum, p) => sum + 4 + Buffer.byteLength(p), 0);
+  expect(pathBytes).toBeGreaterThan(2 * JUTE_MAXBUFFER);
+  return { absent, dataNodes, childNodes, fired, armedInMs, pathBytes };
+}
+
+type Armed = Awaited<ReturnType<typeof armFiftyThousandWatches>>;
+
+/** Changes made while the session is away, one of each kind; returns the events they must fire. */
+async function changeWhileAway(admin: ZkSession, { absent, dataNodes, childNodes }: Armed): Promise<Record<string, string[]>> {
+  await admin.create(absent[0]!, EMPTY, CreateMode.PERSISTENT);
+  await admin.create(absent[ABSENT - 1]!, EMPTY, CreateMode.PERSISTENT);
+  await admin.setData(dataNodes[0]!, Buffer.from('x'));
+  await admin.delete(dataNodes[1]!);
+  await admin.create(`${childNodes[0]}/new`, EMPTY, CreateMode.PERSISTENT);
+  return {
+    [absent[0]!]: ['created'],
+    [absent[ABSENT - 1]!]: ['created'],
+    [dataNodes[0]!]: ['changed'],
+    [dataNodes[1]!]: ['deleted'],
+    [childNodes[0]!]: ['child'],
+  };
+}
+
+/** After the reconnect: a sample of the other watches, spread over all of them, still fires once each. */
+async function expectSampleStillArmed(admin: ZkSession, { absent, dataNodes, childNodes, fired }: Armed): Promise<void> {
+  const sample = Array.from({ length: 60 }, (_, i) => absent[1 + Math.floor((i * (ABSENT - 3)) / 59)]!);
+  const before = fired.size;
+  await Promise.all([
+    ...sample.map((p) => admin.create(p, EMPTY, CreateMode.PERSISTENT)),
+    ...dataNodes.slice(50, 60).map((p) => admin.setData(p, Buffer.from('y'))),
+    ...childNodes.slice(50, 60).map((p) => admin.create(`${p}/new`, EMPTY, CreateMode.PERSISTENT)),
+  ]);
+  await eventually(() => fired.size === before + 80, 20_000, 10);
+  for (const p of sample) expect(fired.get(p)).toEqual(['created']);
+  for (const p of dataNodes.slice(50, 60)) expect(fired.get(p)).toEqual(['changed']);
+  for (const p of childNodes.slice(50, 60)) expect(fired.get(p)).toEqual(['child']);
+}
+
+describe('WireZkSession at scale and on bad links (real ZooKeeper)', () => {
+  let admin: WireZkSession;
+  let base: string;
+  let proxy: TcpProxy;
+  let tap: Awaited<ReturnType<typeof requestTap>>;
+
+  beforeAll(async () => {
+    admin = new WireZkSession({ connectString: zkConnectString(), sessionTimeoutMs: 20_000 }, recordingEvents());
+    await eventually(() => admin.isConnectedNatively, 10_000, 10);
+  });
+  afterAll(() => admin.close());
+  beforeEach(async () => {
+    await admin.create('/wire', EMPTY, CreateMode.PERSISTENT).catch(() => undefined);
+    base = `/wire/${randomUUID().slice(0, 8)}`;
+    await admin.create(base, EMPTY, CreateMode.PERSISTENT);
+    // client → tap (counts SetWatches) → proxy (cuts, silences) → ZooKeeper
+    proxy = await TcpProxy.start(zkConnectString());
+    tap = await requestTap(proxy.connectString);
+  });
+  afterEach(async () => {
+    await proxy.close();
+    await tap.close();
+  });
+
+  it('keeps a session with 50 000 watches over a reconnect: re-sent in SetWatches under 1 MB each, all still armed', async () => {
+    const { session, events } = open(tap.connectString, 20_000);
+    await eventually(() => session.isConnectedNatively, 10_000, 10);
+    const id = session.id;
+    const armed = await armFiftyThousandWatches(session, admin, base);
+
+    proxy.cut();
+    await eventually(() => !session.isConnectedNatively, 10_000, 10);
+    const expected = await changeWhileAway(admin, armed);
+    const linksBefore = tap.connections;
+    proxy.restore();
+    await eventually(() => session.isConnectedNatively, 20_000, 10);
+    await session.sync('/');
+    // The same session, re-attached, never expired; what changed meanwhile fired, nothing else.
+    expect(session.id).toBe(id);
+    expect(Object.fromEntries(armed.fired)).toEqual(expected);
+    await expectSampleStillArmed(admin, armed);
+    expect(session.isConnectedNatively).toBe(true);
+    expect(events).toMatchObject({ connected: 2, connecting: 1, closed: [] });
+
+    // What went over the wire on the link that took: all the watches, in packets the server accepts.
+    const link = tap.setWatches.slice(linksBefore).find((sizes) => sizes.length > 0)!;
+    const total = link.reduce((a, b) => a + b, 0);
+    expect(total).toBeGreaterThan(armed.pathBytes);
+    expect(link.length).toBeGreaterThanOrEqual(Math.ceil(armed.pathBytes / (130 * 1024)));
+    expect(Math.max(...link)).toBeLessThan(JUTE_MAXBUFFER);
+    console.log(
+      `50 000 watches: armed in ${Math.round(armed.armedInMs)} ms; re-sent in ${link.length} SetWatches of ` +
+        `${Math.min(...link)}..${Math.max(...link)} bytes (${total} in all)`,
+    );
+  });
+
+  it('keeps a ZkConnection with 50 000 watches over a reconnect: reconnected, the same session, never lost', async () => {
+    const connection = new ZkConnection({ connectString: tap.connectString, sessionTimeoutMs: 20_000, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    const states: string[] = [];
+    const lost: string[] = [];
+    connection.on('state', (state) => void states.push(state));
+    connection.on('lost', (reason) => void lost.push(reason));
+    try {
+      await connection.connect();
+      const session = connection.session!;
+      const id = connection.sessionId;
+      const armed = await armFiftyThousandWatches(session, admin, base);
+      expect(connection.state).toBe('connected');
+
+      const suspended = nextEvent(connection, 'suspended', 20_000);
+      proxy.cut();
+      await suspended;
+      const expected = await changeWhileAway(admin, armed);
+      const reconnected = nextEvent(connection, 'reconnected', 30_000);
+      proxy.restore();
+      expect(await reconnected).toEqual([id]);
+      expect(connection.state).toBe('connected');
+      expect(connection.session).toBe(session);
+      // 'reconnected' comes once the events of the re-sent watches were delivered.
+      expect(Object.fromEntries(armed.fired)).toEqual(expected);
+      await expectSampleStillArmed(admin, armed);
+      expect(connection.state).toBe('connected');
+      expect(lost).toEqual([]);
+      expect(states).toEqual(['connected', 'suspended', 'connected']);
+    } finally {
+      await connection.close();
+    }
+  });
+
+  // The contrast: the C client re-sends all its watches in one SetWatches (about 2.5 MB here), which
+  // the server refuses (it drops the link on reading a length over jute.maxbuffer); the client
+  // reconnects and sends it again, and again: no request is ever answered, and the session is lost.
+  it('contrast, the C addon: the same 50 000 watches make one SetWatches over 1 MB, refused on every link, and the session is lost', async () => {
+    const connection = new ZkConnection({ connectString: tap.connectString, sessionTimeoutMs: 8000, serverTickTimeMs: TEST_SERVER_TICK_MS, client: 'addon' });
+    const reconnects: string[] = [];
+    connection.on('reconnected', (id) => void reconnects.push(id));
+    try {
+      await connection.connect();
+      const id = connection.sessionId;
+      const armed = await armFiftyThousandWatches(connection.session!, admin, base);
+      const suspended = nextEvent(connection, 'suspended', 20_000);
+      proxy.cut();
+      await suspended;
+      await changeWhileAway(admin, armed);
+      const linksBefore = tap.connections;
+      const lost = nextEvent(connection, 'lost', 30_000);
+      proxy.restore();
+      const [reason, lostId] = await lost;
+      expect(['session-timeout', 'session-expired']).toContain(reason);
+      expect(lostId).toBe(id);
+      expect(reconnects).toEqual([]);
+      expect(armed.fired.size).toBe(0); // not even what changed while away
+      const sent = tap.setWatches.slice(linksBefore).flat();
+      expect(sent.length).toBeGreaterThanOrEqual(2); // the C client tried again (and again)
+      for (const size of sent) expect(size).toBeGreaterThan(2 * JUTE_MAXBUFFER);
+      console.log(`the addon: ${sent.length} SetWatches of ${sent[0]} bytes on ${tap.connections - linksBefore} links, then lost (${reason})`);
+    } finally {
+      await connection.close();
+    }
+  });
+
+  it('closes a session on a silent link without blocking the event loop, within the 2 s it waits for the server', async () => {
+    const connection = new ZkConnection({ connectString: tap.connectString, sessionTimeoutMs: 4000, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    await connection.connect();
+    await connection.session!.create(`${base}/mine`, EMPTY, CreateMode.EPHEMERAL);
+    proxy.blackhole({ holdCloses: true }); // nothing passes, nothing closes: closeSession goes unanswered
+    const monitor = stallMonitor();
+    const started = performance.now();
+    await connection.close();
+    const closedInMs = performance.now() - started;
+    const stallMs = monitor.stop();
+    expect(connection.state).toBe('closed');
+    expect(closedInMs).toBeLessThan(4000);
+    expect(stallMs).toBeLessThan(300);
+    console.log(`close() on a silent link: resolved in ${Math.round(closedInMs)} ms, longest event-loop stall ${Math.round(stallMs)} ms`);
+  });
+
+  it('declares a session on a silent link lost and closes it without blocking the event loop', async () => {
+    const connection = new ZkConnection({ connectString: tap.connectString, sessionTimeoutMs: 4000, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    try {
+      await connection.connect();
+      const old = connection.session!;
+      const lost = nextEvent(connection, 'lost', 20_000);
+      const monitor = stallMonitor();
+      proxy.blackhole({ holdCloses: true });
+      const silencedAt = performance.now();
+      const [reason] = await lost;
+      const lostAfterMs = performance.now() - silencedAt;
+      // The old handle is closed in the turn after 'lost' (setImmediate): let it run.
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(reason).toBe('session-timeout');
+      expect(old.isClosed).toBe(true);
+      expect(connection.session).not.toBe(old);
+      // The successor cannot connect either (new links hear nothing): close it too.
+      const started = performance.now();
+      await connection.close();
+      const closedInMs = performance.now() - started;
+      const stallMs = monitor.stop();
+      expect(closedInMs).toBeLessThan(4000);
+      expect(stallMs).toBeLessThan(300);
+      console.log(`lost on a silent link after ${Math.round(lostAfterMs)} ms; close() then ${Math.round(closedInMs)} ms; longest event-loop stall ${Math.round(stallMs)} ms`);
+    } finally {
+      await connection.close();
+    }
+  });
+});
+
+/**
+ * A bare handshake on a new connection, as WireZkSession's (a ConnectRequest for a new session,
+ * readOnly false): the server's answer (its timeout and readOnly flag), or 'closed' if it closed
+ * the connection instead.
+ */
+async function handshake(address: string): Promise<{ timeoutMs: number; readOnly: boolean } | 'closed'> {
+  const [host, port] = address.split(':');
+  const socket = net.connect(Number(port), host);
+  try {
+    return await new Promise((resolve, reject) => {
+      const frames = new FrameReader();
+      socket.on('connect', () => socket.write(new JuteWriter().int(0).long(0n).int(4000).long(0n).buffer(Buffer.alloc(16)).bool(false).frame()));
+      socket.on('data', (chunk) => {
+        const [frame] = frames.push(chunk);
+        if (!frame) return;
+        const r = new JuteReader(frame);
+        r.int(); // protocolVersion
+        const timeoutMs = r.int();
+        r.long();
+        r.buffer();
+        resolve({ timeoutMs, readOnly: r.bool() });
+      });
+      socket.on('error', () => undefined);
+      socket.on('close', () => resolve('closed'));
+      socket.setTimeout(10_000, () => reject(new Error(`no answer to a handshake from ${address}`)));
+    });
+  } finally {
+    socket.destroy();
+  }
+}
+
+describe('WireZkSession against a read-only server (the last member of an ensemble, no quorum)', () => {
+  let ensemble: ZkEnsembleHandle | undefined;
+
+  beforeAll(async () => {
+    ensemble = await startEnsemble({ jvmFlags: '-Dreadonlymode.enabled=true' });
+  }, 180_000);
+  afterAll(async () => {
+    await ensemble?.stop();
+  }, 60_000);
+
+  it('never counts a read-only server as connected: it asks for a read-write session, which the server refuses', async () => {
+    const { servers } = ensemble!;
+    const modes = await Promise.all(servers.map((s) => fourLetter(s.port, 'srvr').catch(() => '')));
+    const leader = servers[modes.findIndex((m) => /^Mode: leader$/m.test(m))]!;
+    const lonely = servers.find((s) => s !== leader)!;
+    const address = `127.0.0.1:${lonely.port}`;
+    // Our bare handshake (readOnly false) gets a session from a member of the quorum.
+    expect(await handshake(`127.0.0.1:${leader.port}`)).toEqual({ timeoutMs: 4000, readOnly: false });
+    // The other two go: the last one loses the quorum and, after a grace time (2 s), serves read-only.
+    // (Stopped rather than cut off with peerLinks' isolate(): an isolated member was seen to hear
+    // the others' election notifications, follow again, and never go read-only.)
+    await Promise.all(servers.filter((s) => s !== lonely).map((s) => ensemble!.stopServer(s.id, 'SIGKILL')));
+    await eventually(async () => /^Mode: read-only$/m.test(await fourLetter(lonely.port, 'srvr').catch(() => '')), 60_000, 100);
+    // The server's rule, seen bare: the same handshake now gets a closed connection.
+    expect(await handshake(address)).toBe('closed');
+
+    const tap = await requestTap(address);
+    const connection = new ZkConnection({ connectString: tap.connectString, sessionTimeoutMs: 4000, connectTimeoutMs: 60_000, serverTickTimeMs: TEST_SERVER_TICK_MS });
+    try {
+      const { session, events } = open(tap.connectString, 4000);
+      connection.connectInBackground();
+      // Both keep trying; every attempt is refused.
+      await eventually(() => tap.connections >= 8, 30_000, 10);
+      expect(events).toMatchObject({ connected: 0, connecting: 0, closed: [] });
+      expect(session.isConnectedNatively).toBe(false);
+      expect((await failure(session.exists('/'))).codeName).toBe('CONNECTIONLOSS');
+      expect(connection.state).toBe('connecting');
+      expect(connection.sessionId).toBeUndefined();
+      expect(/^Mode: read-only$/m.test(await fourLetter(lonely.port, 'srvr'))).toBe(true); // read-only all along
+      // Every attempt asked for a read-write session. (A read-only one would get no session from
+      // this server either: without localSessionsEnabled it answers createSession NOTREADONLY.)
+      expect(tap.readOnlyFlags.length).toBeGreaterThanOrEqual(8);
+      expect(new Set(tap.readOnlyFlags)).toEqual(new Set([0]));
+    } finally {
+      await connection.close();
+      await tap.close();
     }
   });
 });

@@ -29,7 +29,7 @@ describe('AppModule (e2e, ZooKeeper)', () => {
     const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
     app = moduleRef.createNestApplication({ logger: false });
     const rpcPort = await freePort();
-    // A hybrid app's microservice applies the APP_FILTER only with inheritAppConfig (see the README).
+    // A hybrid app's microservice applies the APP_FILTER only with inheritAppConfig (see docs/with-lock.md in nestjs-zk-lock).
     app.connectMicroservice({ transport: Transport.TCP, options: { host: '127.0.0.1', port: rpcPort } }, { inheritAppConfig: true });
     await app.startAllMicroservices();
     await app.listen(0, '127.0.0.1');
