@@ -399,7 +399,9 @@ export function summarizeCpuProfile(file, top = 15, { inclusiveOf = (/** @type {
     const url = callFrame.url ?? '';
     const short = url.includes('/sample-app/')
       ? url.replace(/^.*\/sample-app\/(dist\/)?/, 'sample-app/')
-      : url.replace(/^file:\/\//, '').replace(/^.*\/(dist|bench|node_modules)\//, '$1/');
+      : url.includes('node_modules/')
+        ? url.replace(/^.*\/node_modules\//, 'node_modules/')
+        : url.replace(/^file:\/\//, '').replace(/^.*\/(dist|bench)\//, '$1/');
     return `${callFrame.functionName || '(anonymous)'} ${short ? `${short}:${callFrame.lineNumber + 1}` : ''}`.trim();
   };
   const areaOf = (callFrame) => {
@@ -407,12 +409,13 @@ export function summarizeCpuProfile(file, top = 15, { inclusiveOf = (/** @type {
     if (callFrame.functionName === '(idle)') return 'idle';
     if (callFrame.functionName === '(garbage collector)') return 'GC';
     if (callFrame.functionName === '(program)') return 'native (libuv, ZooKeeper C client, V8)';
-    if (url.includes('/sample-app/')) return 'sample app';
+    if (url.includes('/sample-app/') && !url.includes('node_modules/')) return 'sample app';
+    // A package's own dist/ (rxjs's, say) is the package's, not the library's.
+    if (url.includes('node_modules/zookeeper/')) return 'zookeeper binding JS';
+    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\/[^]*$/.exec(url)?.[1];
+    if (pkg && pkg !== 'nestjs-zk-lock') return `npm: ${pkg}`;
     if (/\/dist\/(cjs\/)?core\/zookeeper\//.test(url)) return 'TypeScript ZooKeeper client (dist/core/zookeeper/)';
     if (url.includes('/dist/')) return 'library (dist/)';
-    if (url.includes('node_modules/zookeeper')) return 'zookeeper binding JS';
-    const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(url)?.[1];
-    if (pkg) return `npm: ${pkg}`;
     if (url.startsWith('node:')) return 'node internals';
     if (url.includes('/bench/')) return 'bench harness';
     if (url === '') return 'builtins';
