@@ -219,9 +219,9 @@ export class WireZkSession implements ZkSession {
       // 'close' follows; the reason is kept for the connect error (a certificate refused, say).
       if (socket === this.socket) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
     });
-    socket.on('close', () => {
-      if (socket === this.socket) this.linkDown();
-    });
+    // After the frames read before it (each queued in a macrotask of its own, see received): a
+    // server that answers and then closes (an auth failure) is heard out first.
+    socket.on('close', () => setImmediate(() => socket === this.socket && this.linkDown()));
   }
 
   private write(frame: Buffer): void {
@@ -286,7 +286,9 @@ export class WireZkSession implements ZkSession {
         const waiter = this.authWaiters.shift();
         if (!waiter) throw new JuteDecodeError('an auth reply without an auth request');
         waiter(header.err);
-        if (header.err === ZkCode.AUTHFAILED) this.endForGood(AUTH_FAILED_STATE, ZkCode.AUTHFAILED);
+        if (header.err === ZkCode.AUTHFAILED) return this.endForGood(AUTH_FAILED_STATE, ZkCode.AUTHFAILED);
+        // Requests wait behind an auth (a server refusing it closes the link: they would be lost with it).
+        this.dispatchBacklog();
         return;
       }
     }
@@ -344,6 +346,7 @@ export class WireZkSession implements ZkSession {
     this.hosts.failed();
     this.failReplies(ZkCode.CONNECTIONLOSS);
     if (wasConnected) this.events.onConnecting();
+    this.dispatchBacklog(); // what waited behind an auth fails now, as anything asked while down
     void this.connectNext();
   }
 
@@ -691,7 +694,7 @@ export class WireZkSession implements ZkSession {
         const request: QueuedRequest = { send: valid ? send : () => ZkCode.BADARGUMENTS, write, reads: read ? path : undefined, done };
         this.batcher.submit(request);
       };
-      if (!urgent && (this.backlog.size > 0 || this.inFlight >= this.window)) this.backlog.push(dispatch);
+      if (!urgent && (this.backlog.size > 0 || this.inFlight >= this.window || this.authWaiters.length > 0)) this.backlog.push(dispatch);
       else dispatch();
     });
   }
@@ -700,7 +703,7 @@ export class WireZkSession implements ZkSession {
     if (this.draining) return;
     this.draining = true;
     try {
-      while (this.backlog.size > 0 && (this.closed || this.abandoned || this.inFlight < this.window)) this.backlog.shift()!();
+      while (this.backlog.size > 0 && (this.closed || this.abandoned || (this.inFlight < this.window && this.authWaiters.length === 0))) this.backlog.shift()!();
     } finally {
       this.draining = false;
     }
