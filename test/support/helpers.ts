@@ -3,7 +3,8 @@ import { once } from 'node:events';
 import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.js';
 import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
 import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import { NativeZkSession, type ZkSession } from '../../lib/core/zk-session.js';
+import type { ZkSession } from '../../lib/core/zk-session.js';
+import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
 import { TICK_TIME_MS } from './zk-server.js';
 
 /** The ZooKeeper the Jest global setup started (or ZK_CONNECT from the environment). */
@@ -67,18 +68,16 @@ export async function eventually(probe: () => Promise<boolean> | boolean, timeou
  * (e.g. behind a cut TcpProxy), or it moves the session back.
  */
 export async function killSession(sessionId: string, password: string): Promise<void> {
+  // Hex, as both clients give it: the server refuses a wrong password (expired), never mistakes it.
   await new Promise<void>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('killSession: could not attach to the session')), 20_000);
-    const session: ZkSession = new NativeZkSession(
+    const session: ZkSession = wireSessionFactory(
       { connectString: zkConnectString(), sessionTimeoutMs: 4000, sessionId, sessionPassword: password },
       {
         onConnected: () => {
           clearTimeout(timer);
-          // Not from inside the native callback: the binding is still using the handle.
-          setImmediate(() => {
-            session.close();
-            resolve();
-          });
+          // Resolves once the server has ended the session (its answer to closeSession came).
+          void Promise.resolve(session.close()).then(resolve, reject);
         },
         onConnecting: () => undefined,
         onClosed: () => {

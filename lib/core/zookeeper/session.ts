@@ -215,9 +215,12 @@ export class WireZkSession implements ZkSession {
       this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
     });
     socket.on('data', (chunk: Buffer) => this.received(socket, chunk));
+    let reached = false;
+    socket.once('connect', () => (reached = true)); // TCP (also under TLS)
     socket.on('error', (error: NodeJS.ErrnoException) => {
-      // 'close' follows; the reason is kept for the connect error (a certificate refused, say).
-      if (socket === this.socket) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
+      // 'close' follows. Past TCP, the reason goes in the connect error (a certificate refused,
+      // say): the plain probe sees only that the port accepts connections.
+      if (socket === this.socket && reached) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
     });
     // After the frames read before it (each queued in a macrotask of its own, see received): a
     // server that answers and then closes (an auth failure) is heard out first.
