@@ -222,9 +222,14 @@ export class WireZkSession implements ZkSession {
       // say): the plain probe sees only that the port accepts connections.
       if (socket === this.socket && reached) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
     });
-    // After the frames read before it (each queued in a macrotask of its own, see received): a
-    // server that answers and then closes (an auth failure) is heard out first.
-    socket.on('close', () => setImmediate(() => socket === this.socket && this.linkDown()));
+    socket.on('close', () => {
+      if (socket !== this.socket) return;
+      // After the frames read before it (each waits for a macrotask of its own, see received): a
+      // server that answers and then closes (an auth failure) is heard out first. Not later than
+      // that: the state must say the link is down before the next round of timers runs.
+      if (this.framesQueued > 0) setImmediate(() => socket === this.socket && this.linkDown());
+      else this.linkDown();
+    });
   }
 
   private write(frame: Buffer): void {
@@ -255,10 +260,17 @@ export class WireZkSession implements ZkSession {
     // answer wakes, promise continuations included, has run before the next answer is handled. The
     // recipes rely on it: a watch set again after a reconnect is settled (our node found gone, say)
     // before the answer to the sync behind it confirms the link.
-    for (const frame of frames) setImmediate(() => this.handleFrameOn(socket, frame));
+    for (const frame of frames) {
+      this.framesQueued++;
+      setImmediate(() => this.handleFrameOn(socket, frame));
+    }
   }
 
+  /** Frames read and waiting for their macrotask. */
+  private framesQueued = 0;
+
   private handleFrameOn(socket: net.Socket, frame: Buffer): void {
+    this.framesQueued--;
     if (socket !== this.socket) return; // closed, or dropped by an earlier frame
     try {
       this.handleFrame(frame);
