@@ -433,8 +433,11 @@ class PeerLinks {
     const pending = [];
     /** @type {import('node:net').Socket | undefined} */
     let upstream;
-    socket.on('data', (chunk) => {
+    const rewrite = link.kind === 'election' ? this.initialMessageRewriter(link) : undefined;
+    socket.on('data', (received) => {
       if (this.silent(link)) return;
+      const chunk = rewrite ? rewrite(received) : received;
+      if (!chunk) return;
       if (upstream) upstream.write(chunk);
       else pending.push(chunk);
     });
@@ -464,6 +467,36 @@ class PeerLinks {
       });
     };
     attempt();
+  }
+
+  /**
+   * An election connection opens with the sender's id and its own election address, and a server
+   * with a higher id closes it and connects back to that address (QuorumCnxManager): straight to
+   * the real port, around the forwarders and so around isolate(). The rewriter points that address
+   * at the forwarder of the way back. Returns what to pass on (undefined while the header is short).
+   * @param {PeerLink} link
+   * @returns {(chunk: Buffer) => Buffer | undefined}
+   */
+  initialMessageRewriter(link) {
+    let head = Buffer.alloc(0);
+    let done = false;
+    return (chunk) => {
+      if (done) return chunk;
+      head = Buffer.concat([head, chunk]);
+      if (head.length < 8) return undefined;
+      // Protocol 0 (a bare sid) carries no address; 3.5+ sends a negative version, sid, length, address.
+      const headerBytes = head.readBigInt64BE(0) >= 0n ? 0 : 20;
+      if (headerBytes > 0 && head.length < headerBytes) return undefined;
+      const addressBytes = headerBytes > 0 ? head.readInt32BE(16) : 0;
+      if (head.length < headerBytes + addressBytes) return undefined;
+      done = true;
+      const back = this.links.find((l) => l.from === link.to && l.to === link.from && l.kind === 'election');
+      if (headerBytes === 0 || !back) return head;
+      const address = Buffer.from(`127.0.0.1:${/** @type {import('node:net').AddressInfo} */ (back.server.address()).port}`);
+      const length = Buffer.alloc(4);
+      length.writeInt32BE(address.length);
+      return Buffer.concat([head.subarray(0, 16), length, address, head.subarray(headerBytes + addressBytes)]);
+    };
   }
 
   /**
