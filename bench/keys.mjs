@@ -1,7 +1,7 @@
 // Key churn: locks that are rarely reused (a lock per order) leave an empty lock path each. ZooKeeper's
 // container reaper removes at most about 10 000 a minute, so under churn they pile up; the library
 // keeps at most maxIdleLockPaths (10 000) empty paths it made, deleting the least recently used beyond
-// that and any after 60 s (lib/core/lock-paths.ts). This runs the same churn
+// that and any after 60 s (lib/core/operations/container-paths.ts). This runs the same churn
 // with the library and with containers left to the reaper (what Curator does), and counts the
 // server's znodes during the run and after it (zk_znode_count).
 import { BASE, opts, wants } from './options.mjs';

@@ -16,7 +16,7 @@
 // ZooKeeper socket can leak into the processes started here.
 //
 // Two ZooKeeper clients, side by side (issue #30): every agent runs ZkConnection's default client
-// (the TypeScript one, lib/core/zookeeper/), and where the comparison matters a twin agent runs
+// (the TypeScript one, lib/core/client/wire/), and where the comparison matters a twin agent runs
 // `client: 'addon'` (the C client of the `zookeeper` package; its rows marked [addon]): the raw
 // baselines (serial create+delete in W1, 64 outstanding in W5), W1 default and releaseInBackground,
 // scale (heap per held lock) and close. --no-addon: the default client only. The "Targets" table

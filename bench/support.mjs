@@ -414,7 +414,7 @@ export function summarizeCpuProfile(file, top = 15, { inclusiveOf = (/** @type {
     if (url.includes('node_modules/zookeeper/')) return 'zookeeper binding JS';
     const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)\/[^]*$/.exec(url)?.[1];
     if (pkg && pkg !== 'nestjs-zk-lock') return `npm: ${pkg}`;
-    if (/\/dist\/(cjs\/)?core\/zookeeper\//.test(url)) return 'TypeScript ZooKeeper client (dist/core/zookeeper/)';
+    if (/\/dist\/(cjs\/)?core\/client\/wire\//.test(url)) return 'TypeScript ZooKeeper client (dist/core/client/wire/)';
     if (url.includes('/dist/')) return 'library (dist/)';
     if (url.startsWith('node:')) return 'node internals';
     if (url.includes('/bench/')) return 'bench harness';

@@ -8,14 +8,14 @@ import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import type { ZkTlsOptions } from './core/connection-options.js';
+import type { ZkTlsOptions } from './core/connection/connection-options.js';
 import { ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
-import { ZkConnection } from './core/zk-connection.js';
-import { isZkCode, ZkCode, ZkError } from './core/zk-error.js';
-import { isRevokeRequest } from './core/holder-data.js';
-import { resolveLockPath } from './core/lock-path.js';
-import { revokeHolders } from './core/revocation.js';
+import { ZkConnection } from './core/connection/zk-connection.js';
+import { isZkCode, ZkCode, ZkError } from './core/client/zk-error.js';
+import { isRevokeRequest } from './core/operations/holder-data.js';
+import { resolveLockPath } from './core/paths.js';
+import { revokeHolders } from './core/recipes/revocation.js';
 
 const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
        nestjs-zk-lock revoke <lock> [options]

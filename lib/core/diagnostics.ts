@@ -1,5 +1,5 @@
 import diagnostics_channel from 'node:diagnostics_channel';
-import type { ConnectionState } from './connection-state.js';
+import type { ConnectionState } from './connection/connection-state.js';
 
 /**
  * Events on `node:diagnostics_channel`, for tracing and metrics. Publishing costs one property

@@ -1,11 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto';
 import diagnostics_channel from 'node:diagnostics_channel';
 import { InvalidOptionError } from './errors.js';
-import { isRevokeRequest, parseHolderData, type HolderInfo } from './holder-data.js';
-import { joinPath, parentOf, sequenceOf, sortChildren, sortKey, validateZkPath } from './lock-path.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import type { ZkConnection } from './zk-connection.js';
-import { CreateMode, ZkPerm, type ZkAcl, type ZkSession, type ZkStat } from './zk-session.js';
+import { isRevokeRequest, parseHolderData, type HolderInfo } from './operations/holder-data.js';
+import { joinPath, parentOf, sequenceOf, sortChildren, sortKey, validateZkPath } from './paths.js';
+import { isZkCode, ZkCode, ZkError } from './client/zk-error.js';
+import type { ZkConnection } from './connection/zk-connection.js';
+import { CreateMode, ZkPerm, type ZkAcl, type ZkSession, type ZkStat } from './client/session.js';
 import { LockChannels } from './diagnostics.js';
 
 /**

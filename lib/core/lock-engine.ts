@@ -1,10 +1,11 @@
 import { ConnectionClosedError, InvalidOptionError } from './errors.js';
-import { positiveInteger } from './connection-options.js';
-import { holderDataWriter, type HolderIdentity } from './holder-data.js';
-import { HANDOFF_BITS, validateZkPath } from './lock-path.js';
-import { ZkOperations } from './zk-operations.js';
-import type { ZkConnection, SessionLostReason } from './zk-connection.js';
-import { ADDON_FIX_VERSION, addonFixVersion, ZkPerm, type ZkAcl, type ZkSession } from './zk-session.js';
+import { positiveInteger } from './validation.js';
+import { holderDataWriter, type HolderIdentity } from './operations/holder-data.js';
+import { HANDOFF_BITS, validateZkPath } from './paths.js';
+import { ZkOperations } from './operations/zk-operations.js';
+import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
+import { ADDON_FIX_VERSION, addonFixVersion } from './client/addon-session.js';
+import { ZkPerm, type ZkAcl, type ZkSession } from './client/session.js';
 
 export interface LockEngineOptions extends HolderIdentity {
   /** Parent of lock names that do not start with "/". Default `/locks`. */

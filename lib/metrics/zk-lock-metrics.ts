@@ -1,6 +1,6 @@
 import { metrics, ValueType, type Attributes, type Meter, type ObservableResult } from '@opentelemetry/api';
 import { LockChannels, type LockEventPayloads } from '../core/diagnostics.js';
-import type { ConnectionState, ZkConnection } from '../core/zk-connection.js';
+import type { ConnectionState, ZkConnection } from '../core/connection/zk-connection.js';
 
 /** @publicApi */
 export interface ZkLockMetricsOptions {

@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Inject, Injectable, Optional } from '@nestjs/common';
-import type { Leadership, LeadershipTerm } from '../core/leadership.js';
+import type { Leadership, LeadershipTerm } from '../core/recipes/leadership.js';
 import { LockService } from './lock.service.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import type { ZkLockLeadershipOptions } from './zk-lock-module-options.interface.js';

@@ -11,7 +11,7 @@ import {
   type OnlyLeaderMetadata,
 } from './only-leader.decorator.js';
 import { providerMethods } from './provider-methods.util.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { closeOwnedConnectionOnError, OWNS_CONNECTION } from './zk-lock.providers.js';
 
 /**

@@ -1,17 +1,17 @@
 import { Injectable } from '@nestjs/common';
-import type { AcquireOptions } from '../core/acquire-options.js';
-import type { Lease } from '../core/lease.js';
+import type { AcquireOptions } from '../core/queue/acquire-options.js';
+import type { Lease } from '../core/leases/lease.js';
 import { LockEngine } from '../core/lock-engine.js';
-import { resolveLockPath } from '../core/lock-path.js';
-import { Mutex, type MutexOptions } from '../core/mutex.js';
-import { MultiLock } from '../core/multi-lock.js';
-import { Leadership, type LeadershipOptions } from '../core/leadership.js';
-import type { Lockable } from '../core/lock-recipe.js';
-import { ReadWriteLock, type ReadWriteLockOptions } from '../core/read-write-lock.js';
-import { Semaphore, type SemaphoreOptions } from '../core/semaphore.js';
-import { ZkConnection, type ConnectionState } from '../core/zk-connection.js';
+import { resolveLockPath } from '../core/paths.js';
+import { Mutex, type MutexOptions } from '../core/recipes/mutex.js';
+import { MultiLock } from '../core/recipes/multi-lock.js';
+import { Leadership, type LeadershipOptions } from '../core/recipes/leadership.js';
+import type { Lockable } from '../core/recipes/lock-recipe.js';
+import { ReadWriteLock, type ReadWriteLockOptions } from '../core/recipes/read-write-lock.js';
+import { Semaphore, type SemaphoreOptions } from '../core/recipes/semaphore.js';
+import { ZkConnection, type ConnectionState } from '../core/connection/zk-connection.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type InspectLockOptions, type InspectLocksOptions, type LockInfo } from '../core/inspect.js';
-import { revokeHolders } from '../core/revocation.js';
+import { revokeHolders } from '../core/recipes/revocation.js';
 
 /**
  * Distributed locks for the application, over the module's ZooKeeper session. Names map to

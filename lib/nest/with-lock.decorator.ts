@@ -1,10 +1,10 @@
 import { Inject, Logger, Optional } from '@nestjs/common';
 import { defer, isObservable, Observable } from 'rxjs';
 import { InvalidOptionError, LockNotAcquiredError, LockUsageError } from '../core/errors.js';
-import { optionalPositiveInteger, positiveInteger, describe } from '../core/connection-options.js';
-import type { Lockable } from '../core/lock-recipe.js';
-import type { Lease } from '../core/lease.js';
-import { LockContext } from '../core/lock-context.js';
+import { optionalPositiveInteger, positiveInteger, describe } from '../core/validation.js';
+import type { Lockable } from '../core/recipes/lock-recipe.js';
+import type { Lease } from '../core/leases/lease.js';
+import { LockContext } from '../core/leases/lock-context.js';
 import { clientGoneSignal } from './client-disconnect.interceptor.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
 import { defaultJobHoldMs, isScheduledJob } from './job-schedule.js';

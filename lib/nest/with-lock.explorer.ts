@@ -7,7 +7,7 @@ import { EVENT_LISTENER_METADATA, LOCK_SERVICE_PROPERTY, WITH_LOCK_METADATA, typ
 import { SCHEDULER_TYPE } from './job-schedule.js';
 import { providerMethods } from './provider-methods.util.js';
 import { LockUsageError } from '../core/errors.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { closeOwnedConnectionOnError, OWNS_CONNECTION } from './zk-lock.providers.js';
 
 /**

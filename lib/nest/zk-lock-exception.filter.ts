@@ -2,7 +2,7 @@ import { Catch, HttpStatus, Logger, type ArgumentsHost, type ExceptionFilter } f
 import { HttpAdapterHost } from '@nestjs/core';
 import { throwError, type Observable } from 'rxjs';
 import { InvalidLockNameError, LockNotAcquiredError, NotLeaderError } from '../core/errors.js';
-import { ZkCode, ZkError } from '../core/zk-error.js';
+import { ZkCode, ZkError } from '../core/client/zk-error.js';
 
 /** What every transport tells the caller, without naming the lock. */
 type Handled = LockNotAcquiredError | InvalidLockNameError | NotLeaderError | ZkError;

@@ -1,6 +1,6 @@
-import type { ZkConnectionOptions } from '../core/connection-options.js';
+import type { ZkConnectionOptions } from '../core/connection/connection-options.js';
 import type { LockEngineOptions } from '../core/lock-engine.js';
-import type { ZkConnection } from '../core/zk-connection.js';
+import type { ZkConnection } from '../core/connection/zk-connection.js';
 
 /** Either connection options (the module owns the session) or a connection you own. */
 export type ZkLockConnectionSource = ZkConnectionOptions | { connection: ZkConnection };

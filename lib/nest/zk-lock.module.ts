@@ -2,7 +2,7 @@ import { Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { ClientDisconnectInterceptor } from './client-disconnect.interceptor.js';
 import { LockEngine } from '../core/lock-engine.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { LockService } from './lock.service.js';
 import { WithLockExplorer } from './with-lock.explorer.js';
 import { LeaderElections } from './leader-elections.js';

@@ -1,8 +1,8 @@
 import { Logger, type Provider } from '@nestjs/common';
 import { InvalidOptionError, ZkConnectError } from '../core/errors.js';
-import { validateParticipantId } from '../core/leadership.js';
+import { validateParticipantId } from '../core/recipes/leadership.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { checkCreateAccess, formatAcl, StaleHolderWatch } from '../core/inspect.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';

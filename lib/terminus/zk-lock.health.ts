@@ -2,7 +2,7 @@ import { Injectable, Optional, type Type } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { LockEngine } from '../core/lock-engine.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import type { StaleHolder } from '../core/inspect.js';
 import { ModuleConnection } from '../nest/zk-lock.providers.js';
 import { LeaderElections } from '../nest/leader-elections.js';

@@ -1,6 +1,6 @@
 import { Inject, Injectable, Optional, type OnApplicationShutdown } from '@nestjs/common';
 import { LockEngine, validateEngineOptions, type LockEngineOptions } from '../core/lock-engine.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { InMemoryLink, InMemoryZkSession, InMemoryZooKeeper } from './in-memory-zookeeper.js';
 

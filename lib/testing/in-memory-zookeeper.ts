@@ -11,8 +11,8 @@
  * Framework-free: no Nest imports, no native addon.
  */
 import { createHash, randomBytes } from 'node:crypto';
-import { ZkCode, ZkError } from '../core/zk-error.js';
-import { ClientWatches, RequestClock } from '../core/session-bookkeeping.js';
+import { ZkCode, ZkError } from '../core/client/zk-error.js';
+import { ClientWatches, RequestClock } from '../core/client/session-bookkeeping.js';
 import {
   CreateMode,
   ZkPerm,
@@ -24,7 +24,7 @@ import {
   type ZkSession,
   type ZkSessionFactory,
   type ZkStat,
-} from '../core/zk-session.js';
+} from '../core/client/session.js';
 
 /** Codes the C client knows but ZkCode does not name. */
 const BADARGUMENTS = -8;

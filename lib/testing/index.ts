@@ -5,7 +5,7 @@
 import { Module, type DynamicModule } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { ClientDisconnectInterceptor } from '../nest/client-disconnect.interceptor.js';
-import { ZkConnection } from '../core/zk-connection.js';
+import { ZkConnection } from '../core/connection/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { WithLockExplorer } from '../nest/with-lock.explorer.js';
 import { LeaderElections } from '../nest/leader-elections.js';

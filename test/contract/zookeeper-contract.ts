@@ -3,10 +3,10 @@
 // one cannot drift from what the recipes see on a real server.
 import { createHash, randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
-import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import { ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, ZkPerm, type WatchListener, type ZkSession } from '../../lib/core/zk-session.js';
+import { ZkConnection, type ConnectionEvents } from '../../lib/core/connection/zk-connection.js';
+import type { ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
+import { ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode, ZkPerm, type WatchListener, type ZkSession } from '../../lib/core/client/session.js';
 
 /** The server under test, as the scenarios drive it. */
 export interface ZooKeeperUnderTest {

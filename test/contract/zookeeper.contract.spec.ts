@@ -2,9 +2,9 @@
 // connection can be cut off and its session expired), with the C client and with the TypeScript
 // wire client, and against the in-memory one.
 import { once } from 'node:events';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
-import type { ZkSessionFactory } from '../../lib/core/zk-session.js';
-import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import type { ZkSessionFactory } from '../../lib/core/client/session.js';
+import { wireSessionFactory } from '../../lib/core/client/wire/session.js';
 import { InMemoryZooKeeper } from '../../lib/testing/in-memory-zookeeper.js';
 import { killSession, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -55,7 +55,7 @@ const realServer = (openWith?: ZkSessionFactory) => async (): Promise<ZooKeeperU
 };
 
 describeZooKeeperContract('real ZooKeeper', realServer()); // the C client (the default session)
-describeZooKeeperContract('real ZooKeeper, wire client', realServer(wireSessionFactory)); // lib/core/zookeeper
+describeZooKeeperContract('real ZooKeeper, wire client', realServer(wireSessionFactory)); // lib/core/client/wire
 
 describeZooKeeperContract('InMemoryZooKeeper', async (): Promise<ZooKeeperUnderTest> => {
   const server = new InMemoryZooKeeper();

@@ -1,5 +1,5 @@
-import { Leadership } from '../../lib/core/leadership.js';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { main } from '../../lib/cli.js';
 import { closeAll, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 

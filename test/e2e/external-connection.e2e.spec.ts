@@ -1,6 +1,6 @@
 import { Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { closeAll, connect } from '../support/helpers.js';

@@ -3,7 +3,7 @@ import { hostname } from 'node:os';
 import { Controller, Get, Inject, Injectable, Module, Scope, type INestApplication, type LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InvalidOptionError, LockUsageError, type LockLostReason } from '../../lib/core/errors.js';
-import type { LeadershipTerm } from '../../lib/core/leadership.js';
+import type { LeadershipTerm } from '../../lib/core/recipes/leadership.js';
 import { LeaderElections } from '../../lib/nest/leader-elections.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { OnLeadershipGained, OnLeadershipLost, OnlyLeader } from '../../lib/nest/only-leader.decorator.js';

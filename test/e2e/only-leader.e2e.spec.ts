@@ -4,13 +4,13 @@ import { APP_FILTER } from '@nestjs/core';
 import { Cron, ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { InvalidLockNameError, type LockLostReason } from '../../lib/core/errors.js';
-import type { LeadershipTerm } from '../../lib/core/leadership.js';
+import type { LeadershipTerm } from '../../lib/core/recipes/leadership.js';
 import { LeaderContext, LeaderElections } from '../../lib/nest/leader-elections.js';
 import { OnLeadershipGained, OnLeadershipLost, OnlyLeader } from '../../lib/nest/only-leader.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { childrenOf, closeAll, connect, eventually, zkConnectString } from '../support/helpers.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 
 afterAll(closeAll);
 

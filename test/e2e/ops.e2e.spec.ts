@@ -22,10 +22,10 @@ import {
 import { LockChannels } from '../../lib/core/diagnostics.js';
 import { LockLostError, LockNotAcquiredError } from '../../lib/core/errors.js';
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { enableZkLockMetrics } from '../../lib/metrics/index.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';

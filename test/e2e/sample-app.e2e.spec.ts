@@ -6,8 +6,8 @@ import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Mutex } from '../../lib/core/mutex.js';
-import { resolveLockPath } from '../../lib/core/lock-path.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { resolveLockPath } from '../../lib/core/paths.js';
 import { build, describeTakeover, getJson, http, leaderReport, ROOT, runScenario, startInstances, stopInstances, type Instance } from '../../sample-app/scenario.mjs';
 import { closeAll, engine, eventually, zkConnectString } from '../support/helpers.js';
 

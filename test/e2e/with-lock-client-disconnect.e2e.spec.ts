@@ -1,7 +1,7 @@
 import { Controller, Module, Param, Post, type INestApplication } from '@nestjs/common';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { childrenOf, closeAll, connect, engine, eventually, zkConnectString } from '../support/helpers.js';

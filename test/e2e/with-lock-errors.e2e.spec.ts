@@ -4,7 +4,7 @@ import { Test } from '@nestjs/testing';
 import { randomUUID } from 'node:crypto';
 import { InvalidOptionError } from '../../lib/core/errors.js';
 import { SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
+import { CreateMode } from '../../lib/core/client/session.js';
 import type { WithLockOptions } from '../../lib/nest/with-lock-options.interface.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';

@@ -2,8 +2,8 @@ import { Injectable, Module, type INestApplicationContext, type LoggerService } 
 import { Cron } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { closeAll, connect, engine, nextEvent, zkConnectString } from '../support/helpers.js';

@@ -2,7 +2,7 @@ import { Injectable, Module, type INestApplicationContext } from '@nestjs/common
 import { EventEmitter2, EventEmitterModule, OnEvent } from '@nestjs/event-emitter';
 import { Test } from '@nestjs/testing';
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { eventually, zkConnectString } from '../support/helpers.js';

@@ -1,7 +1,7 @@
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InvalidOptionError, LockLostError } from '../../lib/core/errors.js';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';

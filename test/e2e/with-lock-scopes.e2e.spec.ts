@@ -1,7 +1,7 @@
 import { Controller, Get, Inject, Injectable, Module, Scope, type DynamicModule, type INestApplication, type Type } from '@nestjs/common';
 import { REQUEST } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockTestingModule } from '../../lib/testing/index.js';

@@ -6,7 +6,7 @@ import { LockService } from '../../lib/nest/lock.service.js';
 import { LockUsageError } from '../../lib/core/errors.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { childrenOf, closeAll, connect, engine, eventually, zkConnectString } from '../support/helpers.js';
 
 // Misuse gets its own message, at the earliest moment: a provider that Nest built by useFactory

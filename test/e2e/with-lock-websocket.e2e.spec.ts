@@ -6,7 +6,7 @@ import { Test } from '@nestjs/testing';
 import { MessageBody, SubscribeMessage, WebSocketGateway, type WsResponse } from '@nestjs/websockets';
 import { io } from 'socket.io-client';
 import WebSocket from 'ws';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';

@@ -7,7 +7,7 @@ import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import { Observable } from 'rxjs';
 import { LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { LockChannels } from '../../lib/core/diagnostics.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
@@ -191,7 +191,7 @@ describe('@WithLock outside HTTP', () => {
     const listener = app.get(Listener);
     const other = await connect();
     const { LockEngine } = await import('../../lib/core/lock-engine.js');
-    const { Mutex } = await import('../../lib/core/mutex.js');
+    const { Mutex } = await import('../../lib/core/recipes/mutex.js');
     const held = await new Mutex(new LockEngine(other), 'plain', `${base}/plain`).acquire();
     await expect(listener.plain()).rejects.toBeInstanceOf(LockNotAcquiredError);
     await held.release();

@@ -8,7 +8,7 @@ import { digestIdOf } from '../../lib/core/inspect.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';
-import { CreateMode, ZkPerm, type ZkAcl } from '../../lib/core/zk-session.js';
+import { CreateMode, ZkPerm, type ZkAcl } from '../../lib/core/client/session.js';
 import { fourLetter } from '../support/zk-server.js';
 import { closeAll, connect, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 

@@ -2,11 +2,11 @@ import { Controller, Injectable, Module, Param, Post, type INestApplication, typ
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { Test } from '@nestjs/testing';
 import { InvalidOptionError, LockUsageError, ZkConnectError } from '../../lib/core/errors.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import type { ZkLockModuleOptions, ZkLockOptionsFactory } from '../../lib/nest/zk-lock-module-options.interface.js';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { childrenOf, closeAll, connect, engine, zkConnectString } from '../support/helpers.js';
 import { delay } from '../support/lock-test-helpers.js';

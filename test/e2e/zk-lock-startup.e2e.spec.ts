@@ -3,7 +3,7 @@ import { APP_FILTER } from '@nestjs/core';
 import { Cron } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
 import { ZkConnectError } from '../../lib/core/errors.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';

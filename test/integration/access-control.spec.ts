@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { CreateMode, ZkPerm } from '../../lib/core/zk-session.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { CreateMode, ZkPerm } from '../../lib/core/client/session.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { closeAll, connect, uniquePath } from '../support/helpers.js';
 
 afterAll(closeAll);

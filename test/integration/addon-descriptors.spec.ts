@@ -43,7 +43,7 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
   });
 
   it('is the build with the fix', async () => {
-    const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../lib/core/zk-session.js');
+    const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../lib/core/client/addon-session.js');
     // The patch may build a later fix version than the library requires (8 adds the reply
     // draining, a speed-up the library does not depend on).
     expect(addonFixVersion()).toBeGreaterThanOrEqual(ADDON_FIX_VERSION);

@@ -2,12 +2,12 @@
 // engine) wait in memory behind ONE node and hand it over locally; `maxLocalHandoffs` bounds the
 // handoffs once another process waits; every local holder has its own lease (signal, leaseMs,
 // fencing token); giving up, lost sessions, deleted nodes and shutdown leave nothing behind.
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
 import { ConnectionClosedError, InvalidOptionError, LockLostError } from '../../lib/core/errors.js';
-import { HANDOFF_BITS } from '../../lib/core/lock-path.js';
-import type { Lease } from '../../lib/core/lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { HANDOFF_BITS } from '../../lib/core/paths.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, nameOf, nodesOf, notAcquired, untilChildCount, untilWatching, within, whenAborted } from '../support/lock-test-helpers.js';

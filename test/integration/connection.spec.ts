@@ -1,7 +1,7 @@
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { ZkConnectError } from '../../lib/core/errors.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
-import { ZkError } from '../../lib/core/zk-error.js';
+import { CreateMode } from '../../lib/core/client/session.js';
+import { ZkError } from '../../lib/core/client/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 

@@ -4,9 +4,9 @@
 import { randomUUID } from 'node:crypto';
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 
 const unavailable = curatorPeerUnavailableReason();

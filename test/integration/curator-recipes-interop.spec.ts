@@ -3,10 +3,10 @@
 // Needs java + javac and Debian's libcurator-*-java jars; skipped without them.
 import { randomUUID } from 'node:crypto';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import { Leadership } from '../../lib/core/leadership.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { eventually } from '../support/helpers.js';
 

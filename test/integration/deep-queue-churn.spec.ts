@@ -4,12 +4,12 @@
 // closing and being asked to let go. One holder at a time (or at most the permits), no hang.
 // DEEP_QUEUE_SEED replays a run (each test prints its seed).
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { Leadership, type LeadershipTerm } from '../../lib/core/leadership.js';
-import { sortChildren } from '../../lib/core/lock-path.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { Leadership, type LeadershipTerm } from '../../lib/core/recipes/leadership.js';
+import { sortChildren } from '../../lib/core/paths.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { REVOKE_MARKER, revokeHolders } from '../../lib/core/recipes/revocation.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
 import { contenders, delay, untilChildCount, within } from '../support/lock-test-helpers.js';
 import { prng } from '../support/prng.js';

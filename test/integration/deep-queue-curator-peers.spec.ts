@@ -1,7 +1,7 @@
 // Deep queues shared with Curator (a Java peer): Curator waiters between ours that time out,
 // LeaderLatches interleaved with our leadership participants, and Curator mutexes churning beside
 // ours. One holder (or leader) at a time, in queue order, no hang. Skipped without Java/Curator.
-import { Leadership } from '../../lib/core/leadership.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 import { contenders, delay, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';

@@ -5,10 +5,10 @@
 // changing between a listing and the watch it leads to, foreign sets, revocation markers and deletes.
 // Every test checks both safety (no two holders whose signals are live; a holder's node is the
 // lowest in the queue) and liveness (every acquire that should hold does, within a bound).
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import { sortChildren } from '../../lib/core/lock-path.js';
-import { revokeHolders } from '../../lib/core/revocation.js';
+import { sortChildren } from '../../lib/core/paths.js';
+import { revokeHolders } from '../../lib/core/recipes/revocation.js';
 import { childrenOf, closeAll, connect, eventually, uniquePath } from '../support/helpers.js';
 import { contenders, delay, nameOf, notAcquired, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
 import { prng } from '../support/prng.js';

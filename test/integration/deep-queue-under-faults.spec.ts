@@ -3,7 +3,7 @@
 // or losing replies around the head's release; a waiter's or its predecessor's session expiring;
 // the waiter behind the head cut off while its own node is deleted. One holder at a time; each
 // waiter holds after it reconnects (or queues again in a new session), in order.
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { contenders, delay, nameOf, untilChildCount, untilWatching, within } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';

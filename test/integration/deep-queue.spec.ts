@@ -2,9 +2,9 @@
 // ahead of it, lists again when that one goes (while its predecessor holds) and then holds on
 // its predecessor's deletion alone. These tests show the shortcut is taken and that predecessors
 // leaving without holding, or a waiting node deleted by someone else, never make two holders.
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { childrenOf, closeAll, connect, eventually, uniquePath } from '../support/helpers.js';
 import { addedChild, contenders, notAcquired, queued, untilChildCount, untilWatching } from '../support/lock-test-helpers.js';
 

@@ -1,6 +1,6 @@
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Leadership } from '../../lib/core/leadership.js';
-import { CreateMode, ZkPerm } from '../../lib/core/zk-session.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { CreateMode, ZkPerm } from '../../lib/core/client/session.js';
 import { closeAll, connect, uniquePath } from '../support/helpers.js';
 
 afterAll(closeAll);

@@ -1,6 +1,6 @@
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { nextEvent, uniquePath } from '../support/helpers.js';
 import { startEnsemble, type ZkEnsembleHandle } from '../support/zk-server.js';
 

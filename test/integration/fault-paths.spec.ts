@@ -2,11 +2,11 @@
 // "while lease.signal has not aborted, nobody else holds the lock" was broken, or one way an
 // acquire or release hung, starved or leaked. Real ZooKeeper; one client behind a TcpProxy.
 import diagnostics_channel from 'node:diagnostics_channel';
-import { TRY_ONCE_BOUND_MS } from '../../lib/core/cancellation.js';
-import { ZkPerm } from '../../lib/core/zk-session.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import type { Lease } from '../../lib/core/lease.js';
+import { TRY_ONCE_BOUND_MS } from '../../lib/core/queue/cancellation.js';
+import { ZkPerm } from '../../lib/core/client/session.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, nameOf, notAcquired, untilChildCount, untilWatching, whenAborted } from '../support/lock-test-helpers.js';

@@ -9,8 +9,8 @@
 // follower had a request.
 import { createServer, connect as netConnect, type Server, type Socket } from 'node:net';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { TEST_SERVER_TICK_MS, uniquePath } from '../support/helpers.js';
 import { startEnsemble, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
 

@@ -1,9 +1,9 @@
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Leadership } from '../../lib/core/leadership.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { uniquePath } from '../support/helpers.js';
 import { startEnsemble, TICK_TIME_MS, waitFor, type ZkEnsembleHandle } from '../support/zk-server.js';
 

@@ -1,7 +1,7 @@
 import { once } from 'node:events';
 import { LockLostError } from '../../lib/core/errors.js';
 import { inspectLock } from '../../lib/core/inspect.js';
-import { Leadership, type LeadershipTerm } from '../../lib/core/leadership.js';
+import { Leadership, type LeadershipTerm } from '../../lib/core/recipes/leadership.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';

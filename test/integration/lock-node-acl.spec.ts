@@ -3,9 +3,9 @@
 // list refused, and without the addon's create-with-ACL (an unpatched build) the create-then-setAcl
 // fallback whose setAcl reply is lost.
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, ZkPerm } from '../../lib/core/zk-session.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ZkCode, ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode, ZkPerm } from '../../lib/core/client/session.js';
 import { closeAll, connect, engine, uniquePath } from '../support/helpers.js';
 import { connectAddon } from '../support/addon-client.js';
 import { within } from '../support/lock-test-helpers.js';

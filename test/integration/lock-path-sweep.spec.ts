@@ -1,8 +1,8 @@
 // Lock paths swept as soon as they are idle (maxIdleLockPaths 0) while other engines, a semaphore
 // or a raw client use the same key, on a server whose container reaper is slow (so only our sweep
 // deletes paths): exclusion holds, nobody hangs, and a path we made stays ours until it is empty.
-import { Mutex } from '../../lib/core/mutex.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
 import { delay, within } from '../support/lock-test-helpers.js';
 import { startStandalone, type ZkServerHandle } from '../support/zk-server.js';

@@ -1,6 +1,6 @@
-import { PARENT_IDLE_MS } from '../../lib/core/lock-paths.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
+import { PARENT_IDLE_MS } from '../../lib/core/operations/container-paths.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { CreateMode } from '../../lib/core/client/session.js';
 import { closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
 import { startStandalone, type ZkServerHandle } from '../support/zk-server.js';
 import { recordCreates } from '../support/lock-test-helpers.js';

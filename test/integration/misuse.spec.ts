@@ -2,15 +2,15 @@
 // (twice, by someone else, after close), acquiring during shutdown or after close, a read → write
 // upgrade, closing the connection under waiting callers, and foreign children in a lock directory.
 import { ConnectionClosedError, InvalidLockNameError, InvalidOptionError, LockLostError, LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import { resolveLockPath } from '../../lib/core/lock-path.js';
-import { MultiLock } from '../../lib/core/multi-lock.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
+import { resolveLockPath } from '../../lib/core/paths.js';
+import { MultiLock } from '../../lib/core/recipes/multi-lock.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import { CreateMode } from '../../lib/core/client/session.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
 import { delay } from '../support/lock-test-helpers.js';

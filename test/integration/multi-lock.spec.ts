@@ -2,17 +2,17 @@
 // overlapping sets given in opposite orders), mixed member kinds, all-or-nothing with roll-back,
 // one deadline for the whole set, and releases that go on past a failing member. Ports Curator's
 // TestInterProcessMultiMutex (testSomeReleasesFail, testSomeLocksFailToLock).
-import { MultiLock } from '../../lib/core/multi-lock.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
+import { MultiLock } from '../../lib/core/recipes/multi-lock.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
-import type { Lockable } from '../../lib/core/lock-recipe.js';
-import type { AcquireOptions } from '../../lib/core/acquire-options.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { LeaseGroup } from '../../lib/core/multi-lease.js';
-import { LockContext } from '../../lib/core/lock-context.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lockable } from '../../lib/core/recipes/lock-recipe.js';
+import type { AcquireOptions } from '../../lib/core/queue/acquire-options.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { LeaseGroup } from '../../lib/core/leases/multi-lease.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../support/helpers.js';
 import { nameOf, notAcquired, within, untilChildCount, untilWatching, delay, sessionsWatching, sessionIdOf } from '../support/lock-test-helpers.js';
 

@@ -1,9 +1,9 @@
 // Mutex behaviour under faults: disconnections, killed and expired sessions, lost replies, and
 // nodes deleted behind the library's back. One client at a time is partitioned with a TcpProxy.
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { LockLostError, LockNotAcquiredError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';

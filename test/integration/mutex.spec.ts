@@ -1,10 +1,10 @@
 import { hostname } from 'node:os';
-import { Mutex } from '../../lib/core/mutex.js';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { ConnectionClosedError, LockLostError, LockNotAcquiredError } from '../../lib/core/errors.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
-import type { Lease } from '../../lib/core/lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { CreateMode } from '../../lib/core/client/session.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath, zkConnectString } from '../support/helpers.js';
 import { nameOf, notAcquired, sessionIdOf, sessionsWatching, delay, whenAborted } from '../support/lock-test-helpers.js';

@@ -3,8 +3,8 @@
 // another client holds the write lock, whether the holder's session expired behind the cut or
 // its write lease ran out (leaseMs) while the link was down, and its token must exceed that
 // writer's. Reset cuts (connections dropped) and silent ones (nothing passes, nothing closes).
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import type { Lease } from '../../lib/core/lease.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, nextEvent, uniquePath } from '../support/helpers.js';
 import { delay, nameOf, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';

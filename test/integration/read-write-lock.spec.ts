@@ -4,10 +4,10 @@
 // TestInterProcessReadWriteLock and kazoo's read/write lock tests.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
 import { LockLostError, LockNotAcquiredError, LockUsageError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';

@@ -5,11 +5,11 @@
 // gone, so we hold" shortcut) would be a grant on a deleted node while the other process holds,
 // with a lower fencing token. Checked from our own view: when our acquire resolves, the other
 // holder must have let go (release called) or lost its lease; a token granted after theirs is higher.
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import { Leadership } from '../../lib/core/leadership.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
 import { delay, nodesOf, untilChildCount, untilWatching, within, withProxy } from '../support/lock-test-helpers.js';
 import type { TcpProxy } from '../support/tcp-proxy.js';

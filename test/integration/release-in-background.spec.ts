@@ -5,11 +5,11 @@
 // process's next acquire goes out behind it at no extra cost, and another process holds only once
 // the delete is applied. The invariant checked throughout: never two holders, nothing left behind.
 import { InvalidOptionError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import type { ZkSession } from '../../lib/core/zk-session.js';
+import { Mutex, type MutexOptions } from '../../lib/core/recipes/mutex.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import type { ZkSession } from '../../lib/core/client/session.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, nextEvent, uniquePath } from '../support/helpers.js';
 import {
   countRequests,

@@ -6,11 +6,12 @@
 // during long bursts, and a grant whose replies are read right after the deadline declared its
 // session lost (the gap between ZkConnection's 'lost' and the old handle's close): never handed out
 // as held.
-import { Mutex } from '../../lib/core/mutex.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { CLIENT_KINDS } from '../../lib/core/connection-options.js';
-import { CreateMode, addonFixVersion } from '../../lib/core/zk-session.js';
-import { ZkCode, type ZkError } from '../../lib/core/zk-error.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { CLIENT_KINDS } from '../../lib/core/connection/connection-options.js';
+import { CreateMode } from '../../lib/core/client/session.js';
+import { addonFixVersion } from '../../lib/core/client/addon-session.js';
+import { ZkCode, type ZkError } from '../../lib/core/client/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, deleteTree, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { parentAndNode, setLastAnsweredSentAt, windowOf } from '../support/addon-client.js';

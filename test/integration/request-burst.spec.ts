@@ -1,6 +1,6 @@
 import { closeAll, connect, uniquePath, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
+import { CreateMode } from '../../lib/core/client/session.js';
 
 afterAll(closeAll);
 

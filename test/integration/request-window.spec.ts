@@ -4,11 +4,11 @@
 // silent links, disconnections, close() and expiry; and the in-flight bound's backlog of requests
 // that fail synchronously. Against the real ZooKeeper (through a proxy where the interleaving needs
 // one).
-import { Mutex } from '../../lib/core/mutex.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { CLIENT_KINDS } from '../../lib/core/connection-options.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
-import { ZkCode, type ZkError } from '../../lib/core/zk-error.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { CLIENT_KINDS } from '../../lib/core/connection/connection-options.js';
+import { CreateMode } from '../../lib/core/client/session.js';
+import { ZkCode, type ZkError } from '../../lib/core/client/zk-error.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { parentAndNode, windowOf } from '../support/addon-client.js';

@@ -2,8 +2,8 @@
 // out: the kept node deleted by someone else, its session expired behind a partition, fencing
 // tokens across kept-node re-grants, mutual exclusion with several processes hammering one key
 // (fair and unfair), and leaseMs ending a kept node's hold.
-import { Mutex } from '../../lib/core/mutex.js';
-import type { Lease } from '../../lib/core/lease.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, eventually, killSession, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, whenAborted, within } from '../support/lock-test-helpers.js';

@@ -1,8 +1,8 @@
 import { InvalidOptionError } from '../../lib/core/errors.js';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
 import { within } from '../support/lock-test-helpers.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 
 afterAll(closeAll);
 

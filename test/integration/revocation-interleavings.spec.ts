@@ -7,19 +7,19 @@
 import { createHash } from 'node:crypto';
 import { Injectable, Module, type INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { LockContext } from '../../lib/core/lock-context.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { LockLostError } from '../../lib/core/errors.js';
-import { Leadership } from '../../lib/core/leadership.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { MultiLock } from '../../lib/core/multi-lock.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
-import type { ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
+import { MultiLock } from '../../lib/core/recipes/multi-lock.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { REVOKE_MARKER, revokeHolders } from '../../lib/core/recipes/revocation.js';
+import type { ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/client/session.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { delay, untilChildCount, whenAborted, within } from '../support/lock-test-helpers.js';
@@ -367,7 +367,7 @@ describe('revocation requests and the holders they reach', () => {
 describe('revocation on the in-memory ZooKeeper of the testing kit', () => {
   it('a revocable holder that may not read its own node does not spin on InMemoryZooKeeper (no event-loop starvation)', async () => {
     const { InMemoryZooKeeper } = await import('../../lib/testing/in-memory-zookeeper.js');
-    const { ZkConnection } = await import('../../lib/core/zk-connection.js');
+    const { ZkConnection } = await import('../../lib/core/connection/zk-connection.js');
     const server = new InMemoryZooKeeper();
     const open = async () => {
       const c = new ZkConnection({ connectString: 'in-memory:2181', sessionTimeoutMs: 4000 }, server.sessionFactory());
@@ -453,7 +453,7 @@ describe('revocation semantics: a signal aborts once; options that cannot work a
 
   it('a semaphore refuses revocable (untyped callers) with InvalidOptionError', async () => {
     const e = await engine();
-    const { Semaphore } = await import('../../lib/core/semaphore.js');
+    const { Semaphore } = await import('../../lib/core/recipes/semaphore.js');
     expect(() => new Semaphore(e, 'p', uniquePath('rv-sem'), { permits: 1, revocable: true } as never)).toThrow(/revocable/);
   });
 });

@@ -5,16 +5,16 @@
 // libcurator-*-java jars and are skipped without them.
 import { randomUUID } from 'node:crypto';
 import { LockLostError, LockUsageError } from '../../lib/core/errors.js';
-import { Leadership } from '../../lib/core/leadership.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { ZkError } from '../../lib/core/zk-error.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { REVOKE_MARKER, revokeHolders } from '../../lib/core/recipes/revocation.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import { ZkError } from '../../lib/core/client/zk-error.js';
 import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { closeAll, connect, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 

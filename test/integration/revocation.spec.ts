@@ -1,12 +1,12 @@
 import { once } from 'node:events';
 import { LockLostError, LockUsageError } from '../../lib/core/errors.js';
 import { inspectLock } from '../../lib/core/inspect.js';
-import { Leadership, type LeadershipTerm } from '../../lib/core/leadership.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { REVOKE_MARKER, revokeHolders } from '../../lib/core/revocation.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
+import { Leadership, type LeadershipTerm } from '../../lib/core/recipes/leadership.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { REVOKE_MARKER, revokeHolders } from '../../lib/core/recipes/revocation.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { closeAll, connect, engine, eventually, uniquePath } from '../support/helpers.js';
 import { delay, whenAborted, within } from '../support/lock-test-helpers.js';
 

@@ -4,12 +4,12 @@
 // TestSemaphore where they apply.
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Semaphore } from '../../lib/core/semaphore.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { InvalidOptionError, LockNotAcquiredError } from '../../lib/core/errors.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { LeaseGroup } from '../../lib/core/multi-lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { LeaseGroup } from '../../lib/core/leases/multi-lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter } from '../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';

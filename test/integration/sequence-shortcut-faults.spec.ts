@@ -7,15 +7,15 @@
 // engine on the session, a downgraded read node, a record evicted while its create is in flight),
 // and seeded churn. The invariant checked everywhere: never two holders, nothing left behind,
 // fencing tokens rise.
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import { Leadership } from '../../lib/core/leadership.js';
-import { sequenceOf } from '../../lib/core/lock-path.js';
-import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import { Leadership } from '../../lib/core/recipes/leadership.js';
+import { sequenceOf } from '../../lib/core/paths.js';
+import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/client/session.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { countRequests, cycles, delay, lastingPath, nameOf, notAcquired, untilChildCount, within, shortcutArmed, withProxy } from '../support/lock-test-helpers.js';
 import { seededRun } from '../support/prng.js';
@@ -571,7 +571,7 @@ describe('our own session\'s other nodes and records: a refused delete, a second
 describe('seeded churn', () => {
   it('3 engines (one session each) and a raw foreign client on 3 keys for ~12 s: never two holders, tokens strictly increasing, shortcuts taken, nothing left behind', async () => {
     const { random, pick } = seededRun('CHURN_SEED', 'sequence-shortcut churn');
-    const { sortChildren } = await import('../../lib/core/lock-path.js');
+    const { sortChildren } = await import('../../lib/core/paths.js');
     const keys = [await lastingPath('rv-churn-a'), await lastingPath('rv-churn-b'), uniquePath('rv-churn-c')];
     const persistent = new Set(keys.slice(0, 2));
     const engines = await Promise.all([engine({}, { maxIdleLockPaths: 0 }), engine(), engine()]);

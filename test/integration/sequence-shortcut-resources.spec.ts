@@ -3,9 +3,9 @@
 // session's path watches; the path watches the shortcut keeps stay within a byte budget, so that
 // the same session still reconnects with many lock paths watched.
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { watchesOf } from '../../lib/core/sequence-shortcut.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { watchesOf } from '../../lib/core/operations/sequence-shortcut.js';
+import { CreateMode } from '../../lib/core/client/session.js';
 import { closeAll, connect, deleteTree, engine, eventually, nextEvent } from '../support/helpers.js';
 import { cycles, delay, lastingPath, shortcutArmed, within, withProxy } from '../support/lock-test-helpers.js';
 

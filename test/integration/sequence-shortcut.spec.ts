@@ -4,9 +4,9 @@
 // acquisition, as raw create+delete), and that anything else in the queue since our release (a
 // contender, a foreign node of any kind, the path made again) makes us list and queue instead.
 import type { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { sequenceOf } from '../../lib/core/lock-path.js';
-import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { sequenceOf } from '../../lib/core/paths.js';
+import { CreateMode, type ZkSession } from '../../lib/core/client/session.js';
 import { childrenOf, closeAll, connect, engine, eventually, nextEvent, uniquePath } from '../support/helpers.js';
 import { countRequests, cycles, lastingPath, nameOf, notAcquired, recordCreates, untilChildCount } from '../support/lock-test-helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';

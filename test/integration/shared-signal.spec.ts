@@ -1,6 +1,6 @@
 import { getEventListeners } from 'node:events';
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { closeAll, engine, uniquePath } from '../support/helpers.js';
 
 afterAll(closeAll);

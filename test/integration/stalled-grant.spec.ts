@@ -1,7 +1,7 @@
 import { fork } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import { Mutex } from '../../lib/core/mutex.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
 
 // A waiter frozen (SIGSTOP) while the lock is handed to it, its session expiring meanwhile. On

@@ -1,8 +1,8 @@
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { nextEvent, uniquePath } from '../support/helpers.js';
 import { startEnsemble, type ZkEnsembleHandle } from '../support/zk-server.js';
 

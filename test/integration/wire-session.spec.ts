@@ -1,4 +1,4 @@
-// WireZkSession (lib/core/zookeeper) on its own: against the real ZooKeeper for session behaviour,
+// WireZkSession (lib/core/client/wire) on its own: against the real ZooKeeper for session behaviour,
 // and against a fake TCP server that completes the handshake and then sends bad bytes (the network
 // misbehaving, not ZooKeeper's semantics).
 import { execFileSync } from 'node:child_process';
@@ -8,12 +8,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import tls from 'node:tls';
 import { randomUUID } from 'node:crypto';
-import { ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, type SessionEvents, type ZkSession } from '../../lib/core/zk-session.js';
-import { FrameReader } from '../../lib/core/zookeeper/frames.js';
-import { JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
-import { WireZkSession, wireSessionFactoryWith } from '../../lib/core/zookeeper/session.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode, type SessionEvents, type ZkSession } from '../../lib/core/client/session.js';
+import { FrameReader } from '../../lib/core/client/wire/frames.js';
+import { JuteReader, JuteWriter } from '../../lib/core/client/wire/jute.js';
+import { WireZkSession, wireSessionFactoryWith } from '../../lib/core/client/wire/session.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { eventually, nextEvent, TEST_SERVER_TICK_MS, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { fourLetter, startEnsemble, type ZkEnsembleHandle } from '../support/zk-server.js';

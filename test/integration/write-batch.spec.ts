@@ -1,19 +1,19 @@
-// Adversarial review of the write batching (lib/core/write-batch.ts): a session's batchable
+// Adversarial review of the write batching (lib/core/client/write-batch.ts): a session's batchable
 // creates and deletes (our lock nodes) go as ZooKeeper multi requests, at most one write request
 // in flight, reads that cannot see them moved after them, a failed multi failing the others with
 // NOTAPPLIED (their callers send them again). Against the real ZooKeeper, with the
 // test proxy holding back or losing traffic where the interleaving needs it. Every test checks
 // what a user relies on: never two holders, nothing left behind, no promise left hanging.
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
 import { createHash } from 'node:crypto';
 import { LockEngine, SECURE_PARENT_ACL } from '../../lib/core/lock-engine.js';
-import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
-import { sequenceOf, sortChildren } from '../../lib/core/lock-path.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/zk-session.js';
-import { OpCode } from '../../lib/core/zookeeper/records.js';
-import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
+import { Mutex, type MutexOptions } from '../../lib/core/recipes/mutex.js';
+import { sequenceOf, sortChildren } from '../../lib/core/paths.js';
+import { ZkCode, ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode, ZkPerm, type ZkSession } from '../../lib/core/client/session.js';
+import { OpCode } from '../../lib/core/client/wire/records.js';
+import { wireSessionFactory } from '../../lib/core/client/wire/session.js';
 import { childrenOf, closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { cycles, delay, lastingPath, nameOf, settledFlag, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../support/lock-test-helpers.js';
 import { seededRun } from '../support/prng.js';

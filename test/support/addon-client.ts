@@ -5,9 +5,9 @@
 //
 // Also the two probes the request-window and reply-delivery tests use on either client: both
 // sessions keep the shared request bookkeeping (in-flight window, backlog) under the same names.
-import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
+import type { ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import { CreateMode, type ZkSession } from '../../lib/core/client/session.js';
 import { connect, uniquePath } from './helpers.js';
 
 /** `connect()` on the C addon. */

@@ -1,10 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.js';
-import { ZkConnection, type ConnectionEvents } from '../../lib/core/zk-connection.js';
-import type { ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import type { ZkSession } from '../../lib/core/zk-session.js';
-import { wireSessionFactory } from '../../lib/core/zookeeper/session.js';
+import { ZkConnection, type ConnectionEvents } from '../../lib/core/connection/zk-connection.js';
+import type { ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
+import type { ZkSession } from '../../lib/core/client/session.js';
+import { wireSessionFactory } from '../../lib/core/client/wire/session.js';
 import { TICK_TIME_MS } from './zk-server.js';
 
 /** The ZooKeeper the Jest global setup started (or ZK_CONNECT from the environment). */

@@ -1,9 +1,9 @@
 // Helpers shared by the lock integration tests (one copy each).
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
-import { Mutex, type MutexOptions } from '../../lib/core/mutex.js';
-import { CreateMode, type ZkSession } from '../../lib/core/zk-session.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
+import { Mutex, type MutexOptions } from '../../lib/core/recipes/mutex.js';
+import { CreateMode, type ZkSession } from '../../lib/core/client/session.js';
 import { childrenOf, closeAll, connect, engine, eventually, uniquePath, zkConnectString } from './helpers.js';
 import { TcpProxy } from './tcp-proxy.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';

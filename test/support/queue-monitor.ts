@@ -3,10 +3,10 @@
 // lowest of the queue, and the seeded churn loop of a contender. Every deep-queue test checks both
 // safety (through the Monitor) and liveness (each acquire that should hold does, within a bound).
 import { LockNotAcquiredError } from '../../lib/core/errors.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { sortChildren } from '../../lib/core/lock-path.js';
-import type { Mutex } from '../../lib/core/mutex.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { sortChildren } from '../../lib/core/paths.js';
+import type { Mutex } from '../../lib/core/recipes/mutex.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { childrenOf } from './helpers.js';
 import { addedChild, delay, nameOf, queued, within } from './lock-test-helpers.js';
 

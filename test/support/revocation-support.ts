@@ -1,8 +1,8 @@
 // Helpers of the revocation and lock-node ACL tests (one copy each).
-import { REVOKE_MARKER } from '../../lib/core/revocation.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode } from '../../lib/core/zk-session.js';
-import type { ZkConnection } from '../../lib/core/zk-connection.js';
+import { REVOKE_MARKER } from '../../lib/core/recipes/revocation.js';
+import { ZkCode, ZkError } from '../../lib/core/client/zk-error.js';
+import { CreateMode } from '../../lib/core/client/session.js';
+import type { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 
 /** The data of a revocation request (Curator's marker). */
 export const marker = () => Buffer.from(REVOKE_MARKER);

@@ -3,14 +3,14 @@
 // (InvalidLockNameError quoting the name, InvalidOptionError naming the option), before anything
 // is sent to ZooKeeper. No server is needed: the engine's connection is never opened.
 import { InvalidLockNameError, InvalidOptionError, LockUsageError } from '../../lib/core/errors.js';
-import { resolveConnectionOptions, type ZkConnectionOptions } from '../../lib/core/connection-options.js';
+import { resolveConnectionOptions, type ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
 import { LockEngine } from '../../lib/core/lock-engine.js';
-import { MAX_LOCK_PATH_LENGTH, resolveLockPath, validateZkPath } from '../../lib/core/lock-path.js';
-import { MultiLock } from '../../lib/core/multi-lock.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ReadWriteLock } from '../../lib/core/read-write-lock.js';
-import { Semaphore } from '../../lib/core/semaphore.js';
-import { ZkConnection } from '../../lib/core/zk-connection.js';
+import { MAX_LOCK_PATH_LENGTH, resolveLockPath, validateZkPath } from '../../lib/core/paths.js';
+import { MultiLock } from '../../lib/core/recipes/multi-lock.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ReadWriteLock } from '../../lib/core/recipes/read-write-lock.js';
+import { Semaphore } from '../../lib/core/recipes/semaphore.js';
+import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { prng } from '../support/prng.js';
 
 const random = prng(0x5eed);

@@ -1,6 +1,6 @@
 import { InvalidOptionError } from '../../lib/core/errors.js';
-import { resolveConnectionOptions, type ZkConnectionOptions } from '../../lib/core/connection-options.js';
-import { validateAcquireOptions } from '../../lib/core/acquire-options.js';
+import { resolveConnectionOptions, type ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
+import { validateAcquireOptions } from '../../lib/core/queue/acquire-options.js';
 
 function optionError(options: unknown): InvalidOptionError {
   try {

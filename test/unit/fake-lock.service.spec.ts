@@ -12,9 +12,9 @@ import {
   LockUsageError,
 } from '../../lib/core/errors.js';
 import { LockChannels } from '../../lib/core/diagnostics.js';
-import type { Lease } from '../../lib/core/lease.js';
-import { LockContext } from '../../lib/core/lock-context.js';
-import { LeaseGroup } from '../../lib/core/multi-lease.js';
+import type { Lease } from '../../lib/core/leases/lease.js';
+import { LockContext } from '../../lib/core/leases/lock-context.js';
+import { LeaseGroup } from '../../lib/core/leases/multi-lease.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';

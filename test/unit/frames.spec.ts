@@ -1,6 +1,6 @@
-import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from '../../lib/core/zookeeper/frames.js';
-import { JuteDecodeError, JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
-import { decodeReplyHeader, decodeStat, decodeWatcherEvent, readAcl, readMultiResults } from '../../lib/core/zookeeper/records.js';
+import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from '../../lib/core/client/wire/frames.js';
+import { JuteDecodeError, JuteReader, JuteWriter } from '../../lib/core/client/wire/jute.js';
+import { decodeReplyHeader, decodeStat, decodeWatcherEvent, readAcl, readMultiResults } from '../../lib/core/client/wire/records.js';
 import { seededRun } from '../support/prng.js';
 
 function frameOf(body: Buffer): Buffer {

@@ -1,4 +1,4 @@
-import { JuteDecodeError, JuteReader, JuteWriter } from '../../lib/core/zookeeper/jute.js';
+import { JuteDecodeError, JuteReader, JuteWriter } from '../../lib/core/client/wire/jute.js';
 import {
   decodeConnectResponse,
   decodeReplyHeader,
@@ -12,7 +12,7 @@ import {
   readMultiResults,
   writeAcl,
   writeMulti,
-} from '../../lib/core/zookeeper/records.js';
+} from '../../lib/core/client/wire/records.js';
 
 /** The body of a frame the writer made (its length prefix checked and cut). */
 function body(frame: Buffer): JuteReader {
@@ -174,7 +174,7 @@ describe('records', () => {
 
 describe('SetWatches after a reconnect', () => {
   it('splits the watches into frames under the batch size, every path once, in data/exist/child order', async () => {
-    const { ServerWatches } = await import('../../lib/core/zookeeper/server-watches.js');
+    const { ServerWatches } = await import('../../lib/core/client/wire/server-watches.js');
     const watches = new ServerWatches();
     const name = (kind: string, i: number) => `/${kind}/${'x'.repeat(90)}-${i}`;
     for (let i = 0; i < 2000; i++) {
@@ -205,7 +205,7 @@ describe('SetWatches after a reconnect', () => {
 
 describe('connect string, chroot and paths', () => {
   it('splits hosts from the chroot; a bare or trailing slash is no chroot', async () => {
-    const { parseConnectString } = await import('../../lib/core/zookeeper/hosts.js');
+    const { parseConnectString } = await import('../../lib/core/client/wire/hosts.js');
     expect(parseConnectString('a:1,b:2/app/root')).toEqual({ hosts: [{ host: 'a', port: 1 }, { host: 'b', port: 2 }], chroot: '/app/root' });
     expect(parseConnectString('a:1/')).toEqual({ hosts: [{ host: 'a', port: 1 }], chroot: '' });
     expect(parseConnectString('a:1/app/')).toEqual({ hosts: [{ host: 'a', port: 1 }], chroot: '/app' });
@@ -214,7 +214,7 @@ describe('connect string, chroot and paths', () => {
   });
 
   it('prefixes paths on the way out and strips them on the way back; paths outside pass through', async () => {
-    const { Chroot } = await import('../../lib/core/zookeeper/hosts.js');
+    const { Chroot } = await import('../../lib/core/client/wire/hosts.js');
     const chroot = new Chroot('/app');
     expect([chroot.toServer('/'), chroot.toServer('/x/y')]).toEqual(['/app', '/app/x/y']);
     expect([chroot.fromServer('/app'), chroot.fromServer('/app/x'), chroot.fromServer('/apple'), chroot.fromServer('/zookeeper/quota')]).toEqual(['/', '/x', '/apple', '/zookeeper/quota']);
@@ -223,7 +223,7 @@ describe('connect string, chroot and paths', () => {
   });
 
   it('refuses the paths the C client refuses', async () => {
-    const { isValidPath } = await import('../../lib/core/zookeeper/hosts.js');
+    const { isValidPath } = await import('../../lib/core/client/wire/hosts.js');
     for (const path of ['/', '/a', '/a/b-c.d']) expect([path, isValidPath(path, false)]).toEqual([path, true]);
     for (const path of ['', 'a', '/a/', '//a', '/a//b', '/a/./b', '/a/..', '/a\0b']) expect([path, isValidPath(path, false)]).toEqual([path, false]);
     expect(isValidPath('/a/', true)).toBe(true); // a sequential name may end in the slash
@@ -231,7 +231,7 @@ describe('connect string, chroot and paths', () => {
   });
 
   it('goes round the hosts in one shuffled order, pausing after a whole round failed', async () => {
-    const { HostList } = await import('../../lib/core/zookeeper/hosts.js');
+    const { HostList } = await import('../../lib/core/client/wire/hosts.js');
     const list = new HostList([{ host: '127.0.0.1', port: 1 }, { host: '127.0.0.1', port: 2 }, { host: '127.0.0.1', port: 3 }]);
     const ports = [];
     for (let i = 0; i < 6; i++) ports.push((await list.next()).port);

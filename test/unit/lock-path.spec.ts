@@ -7,7 +7,7 @@ import {
   sortChildren,
   sortKey,
   validateZkPath,
-} from '../../lib/core/lock-path.js';
+} from '../../lib/core/paths.js';
 
 describe('resolveLockPath', () => {
   it('puts relative names under the base path and keeps absolute ones', () => {

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, jest } from '@jest/globals';
-import { RequestClock, reportLagMs } from '../../lib/core/session-bookkeeping.js';
+import { RequestClock, reportLagMs } from '../../lib/core/client/session-bookkeeping.js';
 
 const OK = 0;
 const CONNECTION_LOSS = -4;

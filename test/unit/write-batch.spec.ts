@@ -1,8 +1,8 @@
 // The WriteBatcher's order and grouping rules, as pure logic: what goes to the addon, in which
 // order and in which multi requests. The batches' effect on a real ZooKeeper (atomicity, failed
 // multis, lost replies, locks) is tested in test/integration/write-batch.spec.ts.
-import { MultiOpType, WriteBatcher, type MultiOp, type QueuedRequest } from '../../lib/core/write-batch.js';
-import { ZkCode } from '../../lib/core/zk-error.js';
+import { MultiOpType, WriteBatcher, type MultiOp, type QueuedRequest } from '../../lib/core/client/write-batch.js';
+import { ZkCode } from '../../lib/core/client/zk-error.js';
 
 type Answer = (rc: number, results?: { rc: number; path?: string }[]) => void;
 

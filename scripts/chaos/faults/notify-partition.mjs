@@ -134,7 +134,7 @@ export async function notifyPartitionOnce() {
   return result;
 }
 export const fmtMargin = (m) => (m === undefined ? '- vs' : m >= 0 ? `${m} ms before` : `${-m} ms AFTER`);
-/** lossMarginMs() of lib/core/zk-connection.ts: the library declares the loss this long before its deadline. */
+/** lossMarginMs() of lib/core/connection/zk-connection.ts: the library declares the loss this long before its deadline. */
 export const LOSS_MARGIN_MS = Math.max(250, opts.sessionTimeoutMs / 10);
 /**
  * How long the server must not have heard from the target when it is silenced. The library's

@@ -1,12 +1,12 @@
-import { InvalidOptionError, LockUsageError } from './errors.js';
-import { inspectLock, type ContenderInfo } from './inspect.js';
+import { InvalidOptionError, LockUsageError } from '../errors.js';
+import { inspectLock, type ContenderInfo } from '../inspect.js';
 import { isOwnParticipantNode } from './leadership.js';
-import type { Lease } from './lease.js';
-import type { ZkConnection } from './zk-connection.js';
-import { REVOKE_MARKER } from './holder-data.js';
-import { isZkCode, ZkCode } from './zk-error.js';
+import type { Lease } from '../leases/lease.js';
+import type { ZkConnection } from '../connection/zk-connection.js';
+import { REVOKE_MARKER } from '../operations/holder-data.js';
+import { isZkCode, ZkCode } from '../client/zk-error.js';
 
-export { REVOKE_MARKER } from './holder-data.js';
+export { REVOKE_MARKER } from '../operations/holder-data.js';
 const MARKER_BYTES = Buffer.from(REVOKE_MARKER);
 
 /**

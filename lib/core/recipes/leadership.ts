@@ -1,12 +1,12 @@
 import { EventEmitter } from 'node:events';
 import { hostname } from 'node:os';
-import { InvalidOptionError, LockLostError, type LockLostReason } from './errors.js';
-import { NodeLease, type Lease } from './lease.js';
-import { REVOKE_MARKER } from './holder-data.js';
-import type { LockEngine } from './lock-engine.js';
-import { joinPath, sortChildren } from './lock-path.js';
-import { acquireInQueue, exclusiveVerdict, type QueueSpec } from './lock-queue.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
+import { InvalidOptionError, LockLostError, type LockLostReason } from '../errors.js';
+import { NodeLease, type Lease } from '../leases/lease.js';
+import { REVOKE_MARKER } from '../operations/holder-data.js';
+import type { LockEngine } from '../lock-engine.js';
+import { joinPath, sortChildren } from '../paths.js';
+import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-queue.js';
+import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 
 /** @publicApi */
 export interface LeadershipOptions {

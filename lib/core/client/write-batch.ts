@@ -1,4 +1,4 @@
-import { parentOf } from './lock-path.js';
+import { parentOf } from '../paths.js';
 import { ZkCode } from './zk-error.js';
 import { answeredByServer } from './session-bookkeeping.js';
 

@@ -2,8 +2,9 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { ZkCode, ZkError } from './zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
-import { ZkLockError } from './errors.js';
+import { ZkLockError } from '../errors.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from './write-batch.js';
+import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from './session.js';
 
 // `zookeeper` is an optional CommonJS native addon (client: 'addon'), loaded through require (one
 // copy of the binding for the ES module and CommonJS builds) and only when such a session is opened.
@@ -80,41 +81,6 @@ interface NativeAcl {
   auth: string;
 }
 
-/** A node's stat; `ephemeralOwner` is the owning session id in hex ("0" for persistent nodes). */
-export interface ZkStat {
-  czxid: number;
-  mzxid: number;
-  pzxid: number;
-  version: number;
-  cversion: number;
-  numChildren: number;
-  dataLength: number;
-  ephemeralOwner: string;
-  ctime: Date;
-  mtime: Date;
-}
-
-/** One ACL entry: `perms` is a bitmask of ZkPerm; for digest, `id` is `user:base64(sha1(user:password))`. */
-export interface ZkAcl {
-  perms: number;
-  scheme: string;
-  id: string;
-}
-
-export const ZkPerm = { READ: 1, WRITE: 2, CREATE: 4, DELETE: 8, ADMIN: 16, ALL: 31 } as const;
-
-/** Create modes, with ZooKeeper's flag values (CONTAINER makes the C client send createContainer). */
-export const CreateMode = {
-  PERSISTENT: 0,
-  EPHEMERAL: 1,
-  PERSISTENT_SEQUENTIAL: 2,
-  EPHEMERAL_SEQUENTIAL: 3,
-  CONTAINER: 4,
-} as const;
-export type CreateMode = (typeof CreateMode)[keyof typeof CreateMode];
-
-export type { WatchEventType, WatchListener } from './session-bookkeeping.js';
-
 const NATIVE_CONNECTED_STATE = 3;
 /**
  * Requests a follower forwards to the leader (writes, sync): only their answers show the leader,
@@ -147,90 +113,6 @@ class Fifo<T> {
     return item;
   }
 }
-
-export interface SessionEvents {
-  onConnected(): void;
-  onConnecting(): void;
-  /** The handle is closed for good: `code` is 0 (closed by us), -112 (expired) or -113 (auth failed). */
-  onClosed(code: number): void;
-}
-
-export interface SessionInit {
-  connectString: string;
-  sessionTimeoutMs: number;
-  /** The ensemble's tickTime at most (see RequestClock); default DEFAULT_SERVER_TICK_MS. */
-  serverTickTimeMs?: number;
-  /** Re-attach to an existing session (used by tests to expire a session from a second client). */
-  sessionId?: string;
-  sessionPassword?: string;
-}
-
-/**
- * One ZooKeeper session as a small promise API: what the connection and the recipes use. A session
- * never outlives its handle: after expiry the owner opens a new one. `NativeZkSession` is the real
- * one (the C client); `nestjs-zk-lock/testing` has an in-memory one.
- */
-export interface ZkSession {
-  /** Session id in hex, as ZooKeeper tools print it ("0" until the first connect). */
-  readonly id: string;
-  readonly password: string;
-  /** The session timeout the server granted (the requested one until connected). */
-  readonly timeoutMs: number;
-  /** Whether the client's own state is connected (polled by the connection's watchdog). */
-  readonly isConnectedNatively: boolean;
-  readonly isClosed: boolean;
-  /**
-   * A lower bound (performance.now()) of when the leader last heard of us, from the answers to
-   * writes and syncs (see RequestClock).
-   */
-  readonly lastAnsweredSentAt: number;
-  /**
-   * Ends the session (its ephemeral nodes go with it). May resolve once the server has ended it
-   * (the C client's blocks until then instead).
-   */
-  close(): void | Promise<void>;
-  /**
-   * The connection gave this session up (declared it lost) and will close it later: from now on
-   * it is closed to its users (`isClosed`), no answer resolves a request (they fail with
-   * SESSIONEXPIRED) and no watch event is delivered. A reply read between the loss and the
-   * close must not complete an acquire on a session whose holders were told it is gone.
-   */
-  abandon(): void;
-  /** `acl` default: the binding's open ACL (world:anyone:cdrwa). */
-  create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[], options?: WriteOptions): Promise<string>;
-  getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }>;
-  getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }>;
-  /** Resolves null when the node does not exist (the watch then fires on its creation). */
-  exists(path: string, watch?: WatchListener): Promise<ZkStat | null>;
-  setData(path: string, data: Buffer, version?: number): Promise<ZkStat>;
-  delete(path: string, version?: number, options?: WriteOptions): Promise<void>;
-  /**
-   * Makes the server this session reads from catch up with the leader. `urgent`: sent at once,
-   * ahead of requests still waiting to be sent (the heartbeat); otherwise in order with them.
-   */
-  sync(path: string, options?: { urgent?: boolean }): Promise<void>;
-  setAcl(path: string, acl: readonly ZkAcl[], version?: number): Promise<void>;
-  getAcl(path: string): Promise<ZkAcl[]>;
-  addAuth(scheme: string, credentials: string): Promise<void>;
-  /** Forgets `listener` (its waiter stopped waiting); a watch left armed on the server fires to nobody. */
-  unwatch(path: string, listener: WatchListener): void;
-  /** How long the oldest request still waiting for its answer has waited (0 if none). */
-  unansweredForMs(): number;
-  /** Why the latest link attempt failed, where the client can tell (e.g. a TLS refusal); cleared by a handshake. */
-  readonly lastLinkError?: string;
-}
-
-export interface WriteOptions {
-  /**
-   * May go in one multi request with the session's other batchable writes (see WriteBatcher).
-   * Then it can fail with NOT_APPLIED: not applied, because another write of its batch
-   * failed; the caller sends it again.
-   */
-  batchable?: boolean;
-}
-
-/** Opens a session: `events` are called as it connects, disconnects and closes. */
-export type ZkSessionFactory = (init: SessionInit, events: SessionEvents) => ZkSession;
 
 export const nativeSessionFactory: ZkSessionFactory = (init, events) => new NativeZkSession(init, events);
 

@@ -1,13 +1,13 @@
 import type { AcquireOptions } from './acquire-options.js';
 import { Cancellation } from './cancellation.js';
-import { NodeWatch } from './node-watch.js';
-import { ConnectionClosedError } from './errors.js';
-import { publish } from './diagnostics.js';
-import type { LockEngine } from './lock-engine.js';
-import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from './lock-path.js';
-import type { Created, Listing } from './zk-operations.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import type { WatchEventType, ZkSession } from './zk-session.js';
+import { NodeWatch } from '../operations/node-watch.js';
+import { ConnectionClosedError } from '../errors.js';
+import { publish } from '../diagnostics.js';
+import type { LockEngine } from '../lock-engine.js';
+import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from '../paths.js';
+import type { Created, Listing } from '../operations/zk-operations.js';
+import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
+import type { WatchEventType, ZkSession } from '../client/session.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =

@@ -1,11 +1,11 @@
-import { NodeWatch } from './node-watch.js';
-import { LockLostError, type LockLostReason } from './errors.js';
-import { publish } from './diagnostics.js';
-import type { LockEngine, SessionBound } from './lock-engine.js';
-import type { QueueEntry } from './lock-queue.js';
-import { parentOf } from './lock-path.js';
-import { isRevokeRequest } from './holder-data.js';
-import type { Revocable } from './revocation.js';
+import { NodeWatch } from '../operations/node-watch.js';
+import { LockLostError, type LockLostReason } from '../errors.js';
+import { publish } from '../diagnostics.js';
+import type { LockEngine, SessionBound } from '../lock-engine.js';
+import type { QueueEntry } from '../queue/lock-queue.js';
+import { parentOf } from '../paths.js';
+import { isRevokeRequest } from '../operations/holder-data.js';
+import type { Revocable } from '../recipes/revocation.js';
 
 /**
  * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after

@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import { ZkCode, ZkError } from '../zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
-import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../zk-session.js';
+import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
 import { Fifo } from './fifo.js';
 import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from './frames.js';
 import { Chroot, HostList, isValidPath, parseConnectString } from './hosts.js';

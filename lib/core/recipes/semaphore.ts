@@ -1,14 +1,14 @@
-import { ConnectionClosedError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
-import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
-import type { LockEngine } from './lock-engine.js';
-import { joinPath } from './lock-path.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import { notAcquiredError, TRY_ONCE_BOUND_MS } from './cancellation.js';
-import type { AcquireOptions } from './acquire-options.js';
-import { acquireInQueue, SessionEndedError, type QueueSpec } from './lock-queue.js';
+import { ConnectionClosedError, InvalidOptionError, LockNotAcquiredError } from '../errors.js';
+import { optionalPositiveInteger, positiveInteger } from '../validation.js';
+import type { LockEngine } from '../lock-engine.js';
+import { joinPath } from '../paths.js';
+import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
+import { notAcquiredError, TRY_ONCE_BOUND_MS } from '../queue/cancellation.js';
+import type { AcquireOptions } from '../queue/acquire-options.js';
+import { acquireInQueue, SessionEndedError, type QueueSpec } from '../queue/lock-queue.js';
 import { LockRecipe } from './lock-recipe.js';
-import { NodeLease, type Lease } from './lease.js';
-import { LeaseGroup, releaseAll } from './multi-lease.js';
+import { NodeLease, type Lease } from '../leases/lease.js';
+import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { Mutex } from './mutex.js';
 
 export interface SemaphoreOptions {

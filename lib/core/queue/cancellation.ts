@@ -1,5 +1,5 @@
-import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from './errors.js';
-import type { LockEngine } from './lock-engine.js';
+import { ConnectionClosedError, LockNotAcquiredError, type NotAcquiredReason } from '../errors.js';
+import type { LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from './acquire-options.js';
 
 /** Why an acquire stopped waiting. */

@@ -1,10 +1,11 @@
 import { EventEmitter } from 'node:events';
-import { ConnectionClosedError, ZkConnectError } from './errors.js';
+import { ConnectionClosedError, ZkConnectError } from '../errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
-import { nativeSessionFactory, type ZkSession, type ZkSessionFactory } from './zk-session.js';
-import { wireSessionFactory, wireSessionFactoryWith } from './zookeeper/session.js';
-import { ZkCode } from './zk-error.js';
-import { publish } from './diagnostics.js';
+import { nativeSessionFactory } from '../client/addon-session.js';
+import { type ZkSession, type ZkSessionFactory } from '../client/session.js';
+import { wireSessionFactory, wireSessionFactoryWith } from '../client/wire/session.js';
+import { ZkCode } from '../client/zk-error.js';
+import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
 
 import type { ConnectionState, SessionLostReason } from './connection-state.js';

@@ -1,13 +1,13 @@
-import { CountedLease, ReentrantHandle } from './counted-lease.js';
-import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from './errors.js';
-import { parentOf, validateZkPath } from './lock-path.js';
-import { describe } from './connection-options.js';
-import { publish } from './diagnostics.js';
-import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
-import { notAcquiredError } from './cancellation.js';
-import type { LockEngine } from './lock-engine.js';
-import { LockContext } from './lock-context.js';
-import type { Lease } from './lease.js';
+import { CountedLease, ReentrantHandle } from '../leases/counted-lease.js';
+import { InvalidLockNameError, InvalidOptionError, LockNotAcquiredError } from '../errors.js';
+import { parentOf, validateZkPath } from '../paths.js';
+import { describe } from '../validation.js';
+import { publish } from '../diagnostics.js';
+import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
+import { notAcquiredError } from '../queue/cancellation.js';
+import type { LockEngine } from '../lock-engine.js';
+import { LockContext } from '../leases/lock-context.js';
+import type { Lease } from '../leases/lease.js';
 import type { Revocable } from './revocation.js';
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */

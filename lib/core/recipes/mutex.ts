@@ -1,11 +1,11 @@
-import { optionalPositiveInteger, positiveInteger } from './connection-options.js';
-import { InvalidOptionError } from './errors.js';
-import { LocalQueue } from './local-queue.js';
-import { MAX_LOCAL_HANDOFFS, type LockEngine } from './lock-engine.js';
-import type { AcquireOptions } from './acquire-options.js';
-import { acquireInQueue, exclusiveVerdict, type QueueSpec } from './lock-queue.js';
+import { optionalPositiveInteger, positiveInteger } from '../validation.js';
+import { InvalidOptionError } from '../errors.js';
+import { LocalQueue } from './mutex-coalescing.js';
+import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
+import type { AcquireOptions } from '../queue/acquire-options.js';
+import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
-import { NodeLease, type Lease } from './lease.js';
+import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 
 export interface MutexOptions {

@@ -1,6 +1,6 @@
-import type { ZkConnection } from './zk-connection.js';
-import type { ZkSession } from './zk-session.js';
-import { isZkCode, ZkCode } from './zk-error.js';
+import type { ZkConnection } from '../connection/zk-connection.js';
+import type { ZkSession } from '../client/session.js';
+import { isZkCode, ZkCode } from '../client/zk-error.js';
 
 /**
  * How long a lock path must go unused after our release before we delete it (if empty): the

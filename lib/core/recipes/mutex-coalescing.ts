@@ -1,11 +1,11 @@
-import { Cancellation, notAcquiredError } from './cancellation.js';
-import { publish } from './diagnostics.js';
-import { LockNotAcquiredError, type LockLostReason } from './errors.js';
-import { HeldLease, NodeLease, type Lease, type LeaseOptions } from './lease.js';
-import type { LockEngine } from './lock-engine.js';
-import { MAX_LOCAL_HANDOFFS } from './lock-engine.js';
-import type { AcquireOptions } from './acquire-options.js';
-import { acquireInQueue, type QueueSpec } from './lock-queue.js';
+import { Cancellation, notAcquiredError } from '../queue/cancellation.js';
+import { publish } from '../diagnostics.js';
+import { LockNotAcquiredError, type LockLostReason } from '../errors.js';
+import { HeldLease, NodeLease, type Lease, type LeaseOptions } from '../leases/lease.js';
+import type { LockEngine } from '../lock-engine.js';
+import { MAX_LOCAL_HANDOFFS } from '../lock-engine.js';
+import type { AcquireOptions } from '../queue/acquire-options.js';
+import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
 
 interface LocalWaiter {
   name: string;

@@ -1,5 +1,5 @@
 import type { Listing } from './zk-operations.js';
-import type { WatchListener, ZkSession } from './zk-session.js';
+import type { WatchListener, ZkSession } from '../client/session.js';
 
 /** Lock paths remembered at most (beyond it the oldest are forgotten). */
 const MAX_PATHS = 20_000;

@@ -1,5 +1,5 @@
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import type { WatchEventType, ZkSession } from './zk-session.js';
+import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
+import type { WatchEventType, ZkSession } from '../client/session.js';
 
 /**
  * Watches one node of ours until it is deleted, for whoever relies on "my node still exists"

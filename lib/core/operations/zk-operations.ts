@@ -1,8 +1,8 @@
-import { ancestorsOf, joinPath } from './lock-path.js';
-import type { ZkConnection } from './zk-connection.js';
-import { isZkCode, ZkCode, ZkError } from './zk-error.js';
-import { CreateMode, type ZkAcl, type ZkSession } from './zk-session.js';
-import { LockPaths } from './lock-paths.js';
+import { ancestorsOf, joinPath } from '../paths.js';
+import type { ZkConnection } from '../connection/zk-connection.js';
+import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
+import { CreateMode, type ZkAcl, type ZkSession } from '../client/session.js';
+import { LockPaths } from './container-paths.js';
 import { SequenceShortcut } from './sequence-shortcut.js';
 
 const EMPTY = Buffer.alloc(0);

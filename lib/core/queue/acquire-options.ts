@@ -1,5 +1,5 @@
-import { InvalidOptionError } from './errors.js';
-import { describe } from './connection-options.js';
+import { InvalidOptionError } from '../errors.js';
+import { describe } from '../validation.js';
 
 export interface AcquireOptions {
   /** How long to wait: undefined waits until acquired, 0 tries once. */

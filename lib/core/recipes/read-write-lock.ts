@@ -1,13 +1,13 @@
-import { optionalPositiveInteger } from './connection-options.js';
-import { LockUsageError } from './errors.js';
-import type { LockEngine } from './lock-engine.js';
-import { LockContext } from './lock-context.js';
-import type { AcquireOptions } from './acquire-options.js';
-import { acquireInQueue, type QueueSpec } from './lock-queue.js';
+import { optionalPositiveInteger } from '../validation.js';
+import { LockUsageError } from '../errors.js';
+import type { LockEngine } from '../lock-engine.js';
+import { LockContext } from '../leases/lock-context.js';
+import type { AcquireOptions } from '../queue/acquire-options.js';
+import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
-import { NodeLease, type Lease } from './lease.js';
+import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
-import type { ZkSession } from './zk-session.js';
+import type { ZkSession } from '../client/session.js';
 
 const READ = '__READ__';
 const WRITE = '__WRIT__';

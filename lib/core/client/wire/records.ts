@@ -1,5 +1,5 @@
 // ZooKeeper's records as the client sends and reads them (zookeeper.jute; field order matters).
-import type { ZkAcl, ZkStat } from '../zk-session.js';
+import type { ZkAcl, ZkStat } from '../session.js';
 import { JuteDecodeError, JuteReader, JuteWriter } from './jute.js';
 
 export const OpCode = {

@@ -1,11 +1,11 @@
-import { validateAcquireOptions, type AcquireOptions } from './acquire-options.js';
-import { describe } from './connection-options.js';
+import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
+import { describe } from '../validation.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
-import type { Lease } from './lease.js';
-import { LeaseGroup, releaseAll } from './multi-lease.js';
-import { LockContext } from './lock-context.js';
-import { LockLostError, LockUsageError, type NotAcquiredReason } from './errors.js';
-import { notAcquiredError } from './cancellation.js';
+import type { Lease } from '../leases/lease.js';
+import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
+import { LockContext } from '../leases/lock-context.js';
+import { LockLostError, LockUsageError, type NotAcquiredReason } from '../errors.js';
+import { notAcquiredError } from '../queue/cancellation.js';
 
 /** A member taken but no longer held before the group was complete. */
 function isLost(lease: Lease): boolean {
