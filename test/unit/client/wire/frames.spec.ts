@@ -1,0 +1,110 @@
+import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from '../../../../lib/core/client/wire/frames.js';
+import { JuteDecodeError, JuteReader, JuteWriter } from '../../../../lib/core/client/wire/jute.js';
+import { decodeReplyHeader, decodeStat, decodeWatcherEvent, readAcl, readMultiResults } from '../../../../lib/core/client/wire/records.js';
+import { seededRun } from '../../../support/prng.js';
+
+function frameOf(body: Buffer): Buffer {
+  const length = Buffer.alloc(4);
+  length.writeInt32BE(body.length);
+  return Buffer.concat([length, body]);
+}
+
+describe('FrameReader', () => {
+  it('cuts a stream into frames however it is split', () => {
+    const bodies = [Buffer.from('a'), Buffer.alloc(0), Buffer.alloc(5000, 3), Buffer.from('xyz')];
+    const stream = Buffer.concat(bodies.map(frameOf));
+    for (const step of [1, 2, 3, 5, 7, 4096, stream.length]) {
+      const reader = new FrameReader();
+      const got: Buffer[] = [];
+      for (let at = 0; at < stream.length; at += step) got.push(...reader.push(stream.subarray(at, at + step)));
+      expect(got).toEqual(bodies);
+      expect(reader.pending).toBe(0);
+    }
+  });
+
+  it('keeps a truncated frame until the rest comes', () => {
+    const reader = new FrameReader();
+    const frame = frameOf(Buffer.from('hello'));
+    expect(reader.push(frame.subarray(0, 6))).toEqual([]);
+    expect(reader.pending).toBe(6);
+    expect(reader.push(frame.subarray(6))).toEqual([Buffer.from('hello')]);
+  });
+
+  it('refuses a negative length and one over the maximum, and stays broken', () => {
+    for (const length of [-1, -0x7fffffff, DEFAULT_MAX_FRAME_BYTES + 1, 0x7fffffff]) {
+      const reader = new FrameReader();
+      const header = Buffer.alloc(4);
+      header.writeInt32BE(length);
+      expect(() => reader.push(header)).toThrow(JuteDecodeError);
+      expect(() => reader.push(frameOf(Buffer.from('ok')))).toThrow(JuteDecodeError);
+    }
+    expect(new FrameReader(10).push(frameOf(Buffer.alloc(10)))).toHaveLength(1);
+    expect(() => new FrameReader(10).push(frameOf(Buffer.alloc(11)))).toThrow(JuteDecodeError);
+  });
+});
+
+/** Everything the session decodes from a frame after the handshake, as it does. */
+function decodeAsSession(frame: Buffer): void {
+  const reader = new JuteReader(frame);
+  const header = decodeReplyHeader(reader);
+  switch (header.xid & 7) {
+    case 0: decodeWatcherEvent(reader); break;
+    case 1: decodeStat(reader); break;
+    case 2: reader.buffer(); decodeStat(reader); break;
+    case 3: reader.vector((r) => r.string()); decodeStat(reader); break;
+    case 4: readAcl(reader); decodeStat(reader); break;
+    case 5: readMultiResults(reader); break;
+    default: reader.string();
+  }
+}
+
+describe('fuzz: random and mutated frames', () => {
+  it('only ever fails with JuteDecodeError, and always returns', () => {
+    const { random } = seededRun('FRAMES_FUZZ_SEED', 'frames fuzz');
+    const valid = [
+      new JuteWriter().int(0).long(5n).int(0).int(3).int(3).ustring('/some/path').frame(),
+      new JuteWriter().int(1).long(5n).int(0).long(1n).long(2n).long(3n).long(4n).int(1).int(2).int(3).long(0n).int(4).int(5).long(6n).frame(),
+      new JuteWriter().int(2).long(5n).int(0).buffer(Buffer.from('data')).long(1n).long(2n).long(3n).long(4n).int(1).int(2).int(3).long(0n).int(4).int(5).long(6n).frame(),
+      new JuteWriter().int(3).long(5n).int(0).vector(['a', 'b'], (w, s) => w.ustring(s)).frame(),
+      new JuteWriter().int(5).long(5n).int(0).int(1).bool(false).int(0).ustring('/x').int(-1).bool(true).int(-1).frame(),
+    ];
+    const started = Date.now();
+    let frames = 0;
+    let refused = 0;
+    for (let round = 0; round < 3000; round++) {
+      const reader = new FrameReader(1 << 16);
+      const stream: Buffer[] = [];
+      for (let i = 0; i < 5; i++) {
+        if (random() < 0.3) {
+          stream.push(Buffer.from(Array.from({ length: Math.floor(random() * 64) }, () => Math.floor(random() * 256))));
+        } else {
+          const mutated = Buffer.from(valid[Math.floor(random() * valid.length)]!);
+          for (let flips = Math.floor(random() * 4); flips > 0; flips--) mutated[Math.floor(random() * mutated.length)] = Math.floor(random() * 256);
+          stream.push(random() < 0.2 ? mutated.subarray(0, Math.floor(random() * mutated.length)) : mutated);
+        }
+      }
+      const bytes = Buffer.concat(stream);
+      try {
+        for (let at = 0; at < bytes.length; ) {
+          const step = 1 + Math.floor(random() * 40);
+          for (const frame of reader.push(bytes.subarray(at, at + step))) {
+            frames++;
+            try {
+              decodeAsSession(frame);
+            } catch (error) {
+              if (!(error instanceof JuteDecodeError)) throw error;
+              refused++;
+            }
+          }
+          at += step;
+        }
+      } catch (error) {
+        if (!(error instanceof JuteDecodeError)) throw error;
+        refused++;
+      }
+    }
+    expect(frames).toBeGreaterThan(1000);
+    expect(refused).toBeGreaterThan(100);
+    expect(Date.now() - started).toBeLessThan(30_000);
+  });
+});
