@@ -67,7 +67,8 @@ const fs = require('node:fs');
 const path = require('node:path');
 
 const MARKER = 'NESTJS_ZK_LOCK_FD_FIX';
-const FIX_VERSION = 10;
+// The fix's version has one value, package.json's "zookeeperAddonFixVersion": the library reads it too.
+const FIX_VERSION = require('../package.json').zookeeperAddonFixVersion;
 const ADDON_HUNKS = [
   {
     before: `        if (rc) {

@@ -4,7 +4,7 @@ import { holderDataWriter, type HolderIdentity } from './operations/holder-data.
 import { HANDOFF_BITS, validateZkPath } from './paths.js';
 import { ZkOperations } from './operations/zk-operations.js';
 import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
-import { ADDON_FIX_VERSION, addonFixVersion } from './client/addon-session.js';
+import { addonFixVersion, requiredAddonFixVersion } from './client/addon-session.js';
 import { ZkPerm, type ZkAcl, type ZkSession } from './client/session.js';
 
 export interface LockEngineOptions extends HolderIdentity {
@@ -149,10 +149,11 @@ export class LockEngine {
     } catch {
       return; // no addon at all: opening the session says so
     }
-    if (version >= ADDON_FIX_VERSION) return;
+    const required = requiredAddonFixVersion();
+    if (version >= required) return;
     addonWarned = true;
     this.warn(
-      `the zookeeper addon lacks nestjs-zk-lock's fix (version ${version} of ${ADDON_FIX_VERSION}; the patch did not run or failed): ` +
+      `the zookeeper addon lacks nestjs-zk-lock's fix (version ${version} of ${required}; the patch did not run or failed): ` +
         'a ZooKeeper connection timeout can hang or abort this process, and with `auth` each lock node is open for a moment after its create. Run ' +
         '`node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`.',
     );

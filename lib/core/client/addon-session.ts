@@ -1,5 +1,6 @@
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { ZkCode, ZkError } from './zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
 import { ZkLockError } from '../errors.js';
@@ -26,10 +27,25 @@ function loadAddon(): NativeZooKeeperClass {
 }
 
 /**
- * The fix scripts/patch-zookeeper-addon.cjs builds into the addon (run by hand): without it a
- * connection timeout can make libuv stop polling, or abort on, a socket of someone else's.
+ * The version of the fix scripts/patch-zookeeper-addon.cjs builds into the addon (run by hand):
+ * without it a connection timeout can make libuv stop polling, or abort on, a socket of someone
+ * else's. Its one value is this package's package.json "zookeeperAddonFixVersion", which the script
+ * reads too; found above this module (lib/, dist/ and dist/cjs/ sit at different depths), and read
+ * only when the addon is used.
  */
-export const ADDON_FIX_VERSION = 10;
+let requiredFixVersion: number | undefined;
+export function requiredAddonFixVersion(): number {
+  for (let dir = dirname(fileURLToPath(import.meta.url)); requiredFixVersion === undefined; ) {
+    let pkg: { name?: string; zookeeperAddonFixVersion?: number } | undefined;
+    try {
+      pkg = requireHere(join(dir, 'package.json')) as typeof pkg;
+    } catch {}
+    if (pkg?.name === 'nestjs-zk-lock' && typeof pkg.zookeeperAddonFixVersion === 'number') requiredFixVersion = pkg.zookeeperAddonFixVersion;
+    else if (dirname(dir) === dir) throw new ZkLockError('nestjs-zk-lock: its package.json (zookeeperAddonFixVersion) was not found above ' + fileURLToPath(import.meta.url));
+    else dir = dirname(dir);
+  }
+  return requiredFixVersion;
+}
 let loadedFixVersion: number | undefined;
 export function addonFixVersion(): number {
   if (loadedFixVersion === undefined) {

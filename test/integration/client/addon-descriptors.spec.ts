@@ -1,6 +1,6 @@
 import { execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { closeAll, connect, zkConnectString } from '../../support/helpers.js';
 
@@ -43,9 +43,9 @@ describe('the zookeeper addon and the process\'s other sockets', () => {
   });
 
   it('is the build with the fix', async () => {
-    const { ADDON_FIX_VERSION, addonFixVersion } = await import('../../../lib/core/client/addon-session.js');
-    // The patch may build a later fix version than the library requires (8 adds the reply
-    // draining, a speed-up the library does not depend on).
-    expect(addonFixVersion()).toBeGreaterThanOrEqual(ADDON_FIX_VERSION);
+    const { addonFixVersion, requiredAddonFixVersion } = await import('../../../lib/core/client/addon-session.js');
+    // The library and the patch script read one value (package.json's zookeeperAddonFixVersion).
+    expect(requiredAddonFixVersion()).toBe(JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')).zookeeperAddonFixVersion);
+    expect(addonFixVersion()).toBe(requiredAddonFixVersion());
   });
 });
