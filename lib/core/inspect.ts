@@ -7,6 +7,7 @@ import { isZkCode, ZkCode, ZkError } from './client/zk-error.js';
 import type { ZkConnection } from './connection/zk-connection.js';
 import { CreateMode, ZkPerm, type ZkAcl, type ZkSession, type ZkStat } from './client/session.js';
 import { LockChannels } from './diagnostics.js';
+import { LATCH_NODE, LEASE_NODE, MUTEX_NODE, READ_NODE, READ_WRITE_MARKERS, SEMAPHORE_LEASES, SEMAPHORE_LOCKS, WRITE_NODE } from './recipes/node-names.js';
 
 /**
  * What a lock node looks like from outside: `idle` is a lock path with nobody in it (its kind
@@ -83,22 +84,19 @@ export interface InspectLocksOptions {
   signal?: AbortSignal;
 }
 
-const MUTEX_CHILD = /lock-\d{10}$/;
-const RW_CHILD = /__(?:READ|WRIT)__\d{10}$/;
-const LEASE_CHILD = /lease-\d{10}$/;
+const MUTEX_CHILD = new RegExp(`${MUTEX_NODE}\\d{10}$`);
+const RW_CHILD = new RegExp(`(?:${READ_NODE}|${WRITE_NODE})\\d{10}$`);
+const LEASE_CHILD = new RegExp(`${LEASE_NODE}\\d{10}$`);
 /** A leader election's participant (Curator LeaderLatch); its data is the participant id. */
-const LATCH_CHILD = /latch-\d{10}$/;
-const READ = '__READ__';
-const WRITE = '__WRIT__';
-const RW_MARKERS = [READ, WRITE] as const;
-const SEMAPHORE_CHILDREN = new Set(['leases', 'locks']);
+const LATCH_CHILD = new RegExp(`${LATCH_NODE}\\d{10}$`);
+const SEMAPHORE_CHILDREN = new Set([SEMAPHORE_LEASES, SEMAPHORE_LOCKS]);
 /** Requests in flight at once while walking a tree (the session pipelines them). */
 const CONCURRENCY = 32;
 
 /** Classifies a node by its children; undefined when it is not a lock node. */
 function classify(children: readonly string[]): Exclude<InspectedLockKind, 'idle'> | undefined {
   if (children.length === 0) return undefined;
-  if (children.includes('leases') && children.every((c) => SEMAPHORE_CHILDREN.has(c))) return 'semaphore';
+  if (children.includes(SEMAPHORE_LEASES) && children.every((c) => SEMAPHORE_CHILDREN.has(c))) return 'semaphore';
   if (children.some((c) => RW_CHILD.test(c))) return 'read-write';
   if (children.some((c) => MUTEX_CHILD.test(c))) return 'mutex';
   if (children.some((c) => LATCH_CHILD.test(c))) return 'leadership';
@@ -228,7 +226,7 @@ async function readNodes(session: ZkSession, parent: string, names: readonly str
 }
 
 function modeOf(node: string): ContenderMode {
-  if (RW_CHILD.test(node)) return node.lastIndexOf(READ) > node.lastIndexOf(WRITE) ? 'read' : 'write';
+  if (RW_CHILD.test(node)) return node.lastIndexOf(READ_NODE) > node.lastIndexOf(WRITE_NODE) ? 'read' : 'write';
   if (MUTEX_CHILD.test(node)) return 'lock';
   if (LEASE_CHILD.test(node)) return 'lease';
   if (LATCH_CHILD.test(node)) return 'latch';
@@ -265,12 +263,12 @@ async function readLock(
     case 'read-write':
       return readReadWrite(session, path, children, limit);
     case 'mutex': {
-      const nodes = await readNodes(session, path, sortChildren(children, ['lock-']), limit);
+      const nodes = await readNodes(session, path, sortChildren(children, [MUTEX_NODE]), limit);
       return split(path, 'mutex', nodes, (_node, index) => index === 0);
     }
     case 'leadership': {
       // The lowest participant leads; the others wait in line.
-      const nodes = await readNodes(session, path, sortChildren(children.filter((c) => LATCH_CHILD.test(c)), ['latch-']), limit);
+      const nodes = await readNodes(session, path, sortChildren(children.filter((c) => LATCH_CHILD.test(c)), [LATCH_NODE]), limit);
       return split(path, 'leadership', nodes, (_node, index) => index === 0);
     }
     default:
@@ -291,8 +289,8 @@ function split(path: string, kind: InspectedLockKind, nodes: readonly RawNode[],
  * sequence and is not held back by it); a writer holds at the head of the queue.
  */
 async function readReadWrite(session: ZkSession, path: string, children: readonly string[], limit: Limit): Promise<LockInfo> {
-  const sorted = sortChildren(children, RW_MARKERS);
-  const key = (name: string) => sortKey(name, RW_MARKERS);
+  const sorted = sortChildren(children, READ_WRITE_MARKERS);
+  const key = (name: string) => sortKey(name, READ_WRITE_MARKERS);
   // Equal keys only come from a downgrade (a read node taking its writer's sequence): show the
   // writer first. The sort is otherwise exactly the recipes' own.
   const ordered = sorted
@@ -330,15 +328,15 @@ async function readSemaphore(
   permits: number | undefined,
   limit: Limit,
 ): Promise<LockInfo> {
-  const leasesPath = joinPath(path, 'leases');
-  const locksPath = joinPath(path, 'locks');
+  const leasesPath = joinPath(path, SEMAPHORE_LEASES);
+  const locksPath = joinPath(path, SEMAPHORE_LOCKS);
   const [leaseNames, lockNames] = await Promise.all([
-    children.includes('leases') ? limit(() => childrenOrNull(session, leasesPath)) : Promise.resolve([]),
-    children.includes('locks') ? limit(() => childrenOrNull(session, locksPath)) : Promise.resolve([]),
+    children.includes(SEMAPHORE_LEASES) ? limit(() => childrenOrNull(session, leasesPath)) : Promise.resolve([]),
+    children.includes(SEMAPHORE_LOCKS) ? limit(() => childrenOrNull(session, locksPath)) : Promise.resolve([]),
   ]);
   const [leases, acquirers] = await Promise.all([
-    readNodes(session, leasesPath, sortChildren(leaseNames ?? [], ['lease-']), limit),
-    readNodes(session, locksPath, sortChildren(lockNames ?? [], ['lock-']), limit),
+    readNodes(session, leasesPath, sortChildren(leaseNames ?? [], [LEASE_NODE]), limit),
+    readNodes(session, locksPath, sortChildren(lockNames ?? [], [MUTEX_NODE]), limit),
   ]);
   const now = Date.now();
   let used: RawNode[];

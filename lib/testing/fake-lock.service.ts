@@ -3,6 +3,7 @@ import { LockEngine, validateEngineOptions, type LockEngineOptions } from '../co
 import { ZkConnection } from '../core/connection/zk-connection.js';
 import { LockService } from '../nest/lock.service.js';
 import { InMemoryLink, InMemoryZkSession, InMemoryZooKeeper } from './in-memory-zookeeper.js';
+import { LEASE_NODE, MUTEX_NODE, READ_NODE, WRITE_NODE } from '../core/recipes/node-names.js';
 
 /** Injection token of the testing service's options (`ZkLockTestingModule.forRoot(options)`). */
 export const FAKE_LOCK_OPTIONS = Symbol.for('nestjs-zk-lock:fake-lock-options');
@@ -22,7 +23,7 @@ export interface FakeLockServiceOptions extends LockEngineOptions {
 }
 
 /** Node names of lock contenders in Curator's layouts (mutex, read-write halves, semaphore leases). */
-const CONTENDER = /(?:lock-|__READ__|__WRIT__|lease-)\d{10}$/;
+const CONTENDER = new RegExp(`(?:${MUTEX_NODE}|${READ_NODE}|${WRITE_NODE}|${LEASE_NODE})\\d{10}$`);
 
 /**
  * An in-memory ZooKeeper for tests (`InMemoryZooKeeper`), shared by the services that play the

@@ -7,6 +7,7 @@ import type { LockEngine } from '../lock-engine.js';
 import { joinPath, sortChildren } from '../paths.js';
 import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-queue.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
+import { LATCH_NODE } from './node-names.js';
 
 /** @publicApi */
 export interface LeadershipOptions {
@@ -67,7 +68,6 @@ export interface LeadershipEvents {
   closed: [];
 }
 
-const LATCH = 'latch-';
 /**
  * Put between the protected prefix and `latch-` in our participants' node names:
  * `_c_<uuid>-nzl-latch-<seq>`. Curator sorts a participant by what follows the last `latch-` (the
@@ -79,7 +79,7 @@ const LATCH = 'latch-';
  * leader leaves nobody leads. See foreignParticipants.
  */
 const OWN_TAG = 'nzl-';
-const OWN_NODE = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-nzl-latch-\d{10}$/;
+const OWN_NODE = new RegExp(`^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-${OWN_TAG}${LATCH_NODE}\\d{10}$`);
 
 /** True when `node` (a child's name) is a participant of this library's Leadership. */
 export function isOwnParticipantNode(node: string): boolean {
@@ -92,7 +92,7 @@ export function isOwnParticipantNode(node: string): boolean {
  * an election that has one (see OWN_TAG).
  */
 export function foreignParticipants(children: readonly string[]): string[] {
-  return children.filter((c) => c.includes(LATCH) && !isOwnParticipantNode(c));
+  return children.filter((c) => c.includes(LATCH_NODE) && !isOwnParticipantNode(c));
 }
 
 /**
@@ -136,8 +136,8 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       kind: 'leadership',
       lockPath: path,
       parentPath: path,
-      nodeName: OWN_TAG + LATCH,
-      sortMarkers: [LATCH],
+      nodeName: OWN_TAG + LATCH_NODE,
+      sortMarkers: [LATCH_NODE],
       evaluate: exclusiveVerdict,
       data: () => data,
     };
@@ -229,7 +229,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       if (isZkCode(error, ZkCode.NONODE)) return [];
       throw error;
     }
-    const sorted = sortChildren(children.filter((c) => c.includes(LATCH)), [LATCH]);
+    const sorted = sortChildren(children.filter((c) => c.includes(LATCH_NODE)), [LATCH_NODE]);
     const read = await Promise.all(
       sorted.map((node) =>
         session.getData(joinPath(this.path, node)).then(
@@ -334,7 +334,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       return;
     }
     const ours = lease.path.slice(this.path.length + 1);
-    const sorted = sortChildren([...new Set([...children.filter((c) => c.includes(LATCH)), ours])], [LATCH]);
+    const sorted = sortChildren([...new Set([...children.filter((c) => c.includes(LATCH_NODE)), ours])], [LATCH_NODE]);
     const next = sorted[sorted.indexOf(ours) + 1];
     if (next === undefined || isOwnParticipantNode(next)) return;
     this.engine.warn(

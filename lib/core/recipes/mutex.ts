@@ -7,6 +7,7 @@ import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
+import { MUTEX_NODE } from './node-names.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */
@@ -70,8 +71,8 @@ export function mutexSpec(lockName: string, parentPath: string, silent = false):
     lockPath: parentPath,
     silent,
     parentPath,
-    nodeName: 'lock-',
-    sortMarkers: ['lock-'],
+    nodeName: MUTEX_NODE,
+    sortMarkers: [MUTEX_NODE],
     evaluate: exclusiveVerdict,
   };
 }

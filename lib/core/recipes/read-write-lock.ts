@@ -8,10 +8,7 @@ import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import type { ZkSession } from '../client/session.js';
-
-const READ = '__READ__';
-const WRITE = '__WRIT__';
-const MARKERS = [READ, WRITE] as const;
+import { READ_NODE, READ_WRITE_MARKERS, WRITE_NODE } from './node-names.js';
 
 /** What both halves' leases get: the max hold time and how they hear revocation. */
 interface HeldOptions {
@@ -61,8 +58,8 @@ export class WriteLock extends LockRecipe {
       kind: 'write',
       lockPath: path,
       parentPath: path,
-      nodeName: WRITE,
-      sortMarkers: MARKERS,
+      nodeName: WRITE_NODE,
+      sortMarkers: READ_WRITE_MARKERS,
       // Exclusive over readers and writers alike. Never "holds when gone": a downgrading holder
       // can add a read node level with its writer just before releasing it.
       evaluate: (sorted, index) => (index === 0 ? { holds: true } : { holds: false, watch: sorted[index - 1]!, holdsWhenGone: false }),
@@ -114,13 +111,13 @@ export class ReadLock extends LockRecipe {
       kind: 'read',
       lockPath: this.path,
       parentPath: this.path,
-      nodeName: READ,
-      sortMarkers: MARKERS,
+      nodeName: READ_NODE,
+      sortMarkers: READ_WRITE_MARKERS,
       evaluate: (sorted, index) => {
         const skip = ownWriter();
         for (let i = 0; i < index; i++) {
           const name = sorted[i]!;
-          if (name.includes(WRITE) && name !== skip) return { holds: false, watch: name, holdsWhenGone: false };
+          if (name.includes(WRITE_NODE) && name !== skip) return { holds: false, watch: name, holdsWhenGone: false };
         }
         return { holds: true };
       },

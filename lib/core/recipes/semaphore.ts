@@ -10,6 +10,7 @@ import { LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { Mutex } from './mutex.js';
+import { LEASE_NODE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS } from './node-names.js';
 
 export interface SemaphoreOptions {
   /** How many leases may be held at once. Every participant must use the same number. */
@@ -49,8 +50,8 @@ export class Semaphore extends LockRecipe {
     }
     this.permits = positiveInteger(options.permits, 'permits', 1);
     this.leaseMs = optionalPositiveInteger(options.leaseMs, 'leaseMs');
-    this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, 'locks'), { reentrant: false, internal: true });
-    this.leasesPath = joinPath(path, 'leases');
+    this.internal = new Mutex(engine, `${name} (semaphore lock)`, joinPath(path, SEMAPHORE_LOCKS), { reentrant: false, internal: true });
+    this.leasesPath = joinPath(path, SEMAPHORE_LEASES);
   }
 
   /**
@@ -63,8 +64,8 @@ export class Semaphore extends LockRecipe {
       kind: 'semaphore',
       lockPath: this.path,
       parentPath: this.leasesPath,
-      nodeName: 'lease-',
-      sortMarkers: ['lease-'],
+      nodeName: LEASE_NODE,
+      sortMarkers: [LEASE_NODE],
       evaluate: (sorted) => {
         if (sorted.length - 1 > this.permits) this.engine.warn(this.mismatch(sorted.length - 1));
         return sorted.length + more <= this.permits ? { holds: true } : { holds: false, watchChildren: true };
