@@ -20,21 +20,6 @@ export type Verdict =
   /** Wait for any change to the list of children (semaphore leases). */
   | { holds: false; watchChildren: true };
 
-/**
- * The verdict of an exclusive queue (mutex, leader election): the lowest node holds. The node
- * right behind it watches the head and holds on its deletion alone. A node further back watches
- * the node two ahead of it, not its predecessor: that one goes when it releases the lock, while
- * our predecessor is (usually) the new head, so we list again while the predecessor still holds
- * and are on the shortcut before it releases. Watching the predecessor instead means listing after
- * it went, a round trip on every handoff. A predecessor that leaves without holding is noticed at
- * that listing (the node two ahead gone) or when nodes ahead of it go; we cannot hold before then.
- */
-export function exclusiveVerdict(sorted: readonly string[], index: number): Verdict {
-  if (index === 0) return { holds: true };
-  if (index === 1) return { holds: false, watch: sorted[0]!, holdsWhenGone: true };
-  return { holds: false, watch: sorted[index - 2]!, holdsWhenGone: false };
-}
-
 /** One recipe's view of a queue of sequential nodes. */
 export interface QueueSpec {
   /** The lock's name, for errors. */

@@ -5,7 +5,8 @@ import { NodeLease, type Lease } from '../leases/lease.js';
 import { REVOKE_MARKER } from '../operations/holder-data.js';
 import type { LockEngine } from '../lock-engine.js';
 import { joinPath, sortChildren } from '../paths.js';
-import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-queue.js';
+import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
+import { exclusiveVerdict } from './mutex.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import { LATCH_NODE } from './node-names.js';
 

@@ -3,7 +3,7 @@ import { InvalidOptionError } from '../errors.js';
 import { LocalQueue } from './mutex-coalescing.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
-import { acquireInQueue, exclusiveVerdict, type QueueSpec } from '../queue/lock-queue.js';
+import { acquireInQueue, type QueueSpec, type Verdict } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
@@ -61,6 +61,21 @@ export interface MutexOptions {
   revocable?: Revocable;
   /** @internal A recipe's own lock (e.g. a semaphore's): no diagnostics events. */
   internal?: boolean;
+}
+
+/**
+ * The verdict of an exclusive queue (the mutex, and leader election): the lowest node holds. The node
+ * right behind it watches the head and holds on its deletion alone. A node further back watches
+ * the node two ahead of it, not its predecessor: that one goes when it releases the lock, while
+ * our predecessor is (usually) the new head, so we list again while the predecessor still holds
+ * and are on the shortcut before it releases. Watching the predecessor instead means listing after
+ * it went, a round trip on every handoff. A predecessor that leaves without holding is noticed at
+ * that listing (the node two ahead gone) or when nodes ahead of it go; we cannot hold before then.
+ */
+export function exclusiveVerdict(sorted: readonly string[], index: number): Verdict {
+  if (index === 0) return { holds: true };
+  if (index === 1) return { holds: false, watch: sorted[0]!, holdsWhenGone: true };
+  return { holds: false, watch: sorted[index - 2]!, holdsWhenGone: false };
 }
 
 /** The mutex predicate: the lowest node holds (see exclusiveVerdict). */
