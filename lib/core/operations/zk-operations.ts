@@ -1,7 +1,7 @@
 import { ancestorsOf, joinPath } from '../paths.js';
 import type { ZkConnection } from '../connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
-import { CreateMode, type ZkAcl, type ZkSession } from '../client/session.js';
+import { CreateMode, type WatchListener, type ZkAcl, type ZkSession, type ZkStat } from '../client/session.js';
 import { LockPaths } from './container-paths.js';
 import { SequenceShortcut } from './sequence-shortcut.js';
 
@@ -208,6 +208,26 @@ export class ZkOperations {
         throw error;
       }
     }
+  }
+
+  /**
+   * Sets a watch on `path` (its data changing, its deletion): the node a waiter waits behind.
+   * Rejects with NONODE when it is gone already (no watch is left then), and with a connection or
+   * session error as the request does; the caller decides (once, no retry here). The session's
+   * promise itself, so that waiting on it costs no extra turn.
+   */
+  watchNode(session: ZkSession, path: string, listener: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
+    return session.getData(path, listener);
+  }
+
+  /** Lists `parentPath` with a watch on its children (a semaphore's leases); errors as watchNode. */
+  watchChildren(session: ZkSession, parentPath: string, listener: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
+    return session.getChildren(parentPath, listener);
+  }
+
+  /** Forgets a waiter's watch listener (it stopped waiting); the watch left on the server fires to nobody. */
+  unwatch(session: ZkSession, path: string, listener: WatchListener): void {
+    session.unwatch(path, listener);
   }
 
   /** The children of `parentPath` (none if it is missing); undefined when the session is gone. */

@@ -305,10 +305,10 @@ class QueueWaiter {
       try {
         if ('watch' in verdict) {
           watched = joinPath(this.spec.parentPath, verdict.watch);
-          await this.untilCancelled(session.getData(watched, listener));
+          await this.untilCancelled(this.engine.ops.watchNode(session, watched, listener));
         } else {
           watched = this.spec.parentPath;
-          const { children, stat } = await this.untilCancelled(session.getChildren(watched, listener));
+          const { children, stat } = await this.untilCancelled(this.engine.ops.watchChildren(session, watched, listener));
           fresh = { children, parentCzxid: stat.czxid };
         }
       } catch (error) {
@@ -337,7 +337,7 @@ class QueueWaiter {
       connection.off('state', onState);
       this.wake = undefined;
       // A waiter that stops waiting must not stay reachable from the session until the node changes.
-      if (watched !== undefined) session.unwatch(watched, listener);
+      if (watched !== undefined) this.engine.ops.unwatch(session, watched, listener);
     }
   }
 
