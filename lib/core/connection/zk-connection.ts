@@ -241,9 +241,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const session = this.current;
     this.current = undefined;
     this.linkUpWaiters = [];
-    const ended = session?.close();
-    this.setState('closed');
-    this.emit('closed');
+    let ended: void | Promise<void>;
+    try {
+      ended = session?.close();
+    } finally {
+      // Closed for its users whatever the session's close did (held leases' signals abort now).
+      this.setState('closed');
+      this.emit('closed');
+    }
     // A session that ends asynchronously (the wire client) is gone from the server once this resolves.
     await ended;
   }

@@ -442,7 +442,7 @@ export class WireZkSession implements ZkSession {
           resolve();
         });
       });
-      socket.write(encodeRequest(++this.nextXid, OpCode.closeSession));
+      socket.write(encodeRequest(this.takeXid(), OpCode.closeSession));
     } else {
       socket?.destroy();
     }
@@ -460,13 +460,19 @@ export class WireZkSession implements ZkSession {
    */
   private submit(type: number, body: (writer: JuteWriter) => void, decode: (reader: JuteReader) => unknown, done: Done): number {
     if (this.state !== 'connected' || !this.socket) return ZkCode.CONNECTIONLOSS;
-    const xid = (this.nextXid = this.nextXid >= 0x7fffffff ? 1 : this.nextXid + 1);
+    const xid = this.takeXid();
     const frame = encodeRequest(xid, type, body);
     // The server would drop the connection over it, and a resend would do the same again.
     if (frame.length - 4 > DEFAULT_MAX_FRAME_BYTES) return ZkCode.BADARGUMENTS;
     this.write(frame);
     this.replies.push({ xid, decode, done });
     return ZkCode.OK;
+  }
+
+  /** The next request's xid: positive, wrapping to 1 after 2^31 - 1 (the reserved xids are negative). */
+  private takeXid(): number {
+    this.nextXid = this.nextXid >= 0x7fffffff ? 1 : this.nextXid + 1;
+    return this.nextXid;
   }
 
   private sendAuth(scheme: string, auth: Buffer, done: (code: number) => void): void {
