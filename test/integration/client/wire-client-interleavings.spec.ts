@@ -3,13 +3,13 @@
 // comes, and the xid at the end of its range. Against the real ZooKeeper (through a TcpProxy where
 // the link must misbehave).
 import { createHash, randomUUID } from 'node:crypto';
-import { LockEngine } from '../../lib/core/lock-engine.js';
-import { Mutex } from '../../lib/core/mutex.js';
-import { ZkCode, ZkError } from '../../lib/core/zk-error.js';
-import { CreateMode, type SessionEvents } from '../../lib/core/zk-session.js';
-import { WireZkSession } from '../../lib/core/zookeeper/session.js';
-import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
+import { LockEngine } from '../../../lib/core/lock-engine.js';
+import { Mutex } from '../../../lib/core/recipes/mutex.js';
+import { ZkCode, ZkError } from '../../../lib/core/client/zk-error.js';
+import { CreateMode, type SessionEvents } from '../../../lib/core/client/session.js';
+import { WireZkSession } from '../../../lib/core/client/wire/session.js';
+import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../../support/helpers.js';
+import { TcpProxy } from '../../support/tcp-proxy.js';
 
 const EMPTY = Buffer.alloc(0);
 
