@@ -17,6 +17,7 @@ import { wireSessionFactory } from '../../../lib/core/client/wire/session.js';
 import { childrenOf, closeAll, connect, deleteTree, engine, eventually, exists, nextEvent, uniquePath, zkConnectString } from '../../support/helpers.js';
 import { cycles, delay, lastingPath, nameOf, settledFlag, shortcutArmed, untilChildCount, whenAborted, within, withProxy } from '../../support/lock-test-helpers.js';
 import { seededRun } from '../../support/prng.js';
+import { foreignLock, foreignTryOnce, holderLedger } from '../../support/churn.js';
 import type { TcpProxy } from '../../support/tcp-proxy.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -454,9 +455,6 @@ describe('the session closed or abandoned with writes waiting in the batcher', (
   }
 });
 
-/** A Curator-style foreign mutex node (protected, sequential). */
-const foreignLock = (s: ZkSession, p: string) => s.create(`${p}/_c_00000000-0000-4000-8000-000000000000-lock-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL);
-
 describe('the sequence shortcut with releaseInBackground', () => {
   for (const coalesce of [false, true]) {
     // Broken if the release's delete and the next create did not share a multi (two requests a
@@ -569,15 +567,8 @@ describe('mixed load', () => {
     const keys = [...persistent, uniquePath('wb-mix-d'), uniquePath('wb-mix-e')];
     const engines = await Promise.all([engine(), engine(), engine()]);
     const taps = engines.map((e) => wireTap(e.connection.session!));
-    const holders = new Map<string, number>(keys.map((k) => [k, 0]));
-    const tokens = new Map<string, bigint[]>(keys.map((k) => [k, []]));
-    const violations: string[] = [];
-    const enter = (key: string, who: string) => {
-      const n = holders.get(key)! + 1;
-      holders.set(key, n);
-      if (n > 1) violations.push(`${who} holds ${key} with ${n - 1} other holder(s)`);
-    };
-    const leave = (key: string) => holders.set(key, holders.get(key)! - 1);
+    const ledger = holderLedger(keys);
+    const { violations, enter, leave } = ledger;
     const target = 800;
     const deadline = Date.now() + 30_000;
     let acquisitions = 0;
@@ -602,9 +593,7 @@ describe('mixed load', () => {
         }
         acquisitions++;
         enter(key, `engine ${index}`);
-        const list = tokens.get(key)!;
-        if (list.length > 0 && !(lease.fencingToken > list.at(-1)!)) violations.push(`token ${lease.fencingToken} after ${list.at(-1)} on ${key}`);
-        list.push(lease.fencingToken);
+        ledger.token(key, lease.fencingToken);
         let counted = true;
         const signal = lease.signal;
         signal.addEventListener('abort', () => {
@@ -629,17 +618,7 @@ describe('mixed load', () => {
         const op = random();
         try {
           if (op < 0.35) {
-            // A foreign try-once mutex participant (Curator's layout): holds if its node is the head.
-            const mine = await foreignLock(s, key);
-            foreignNodes.add(mine);
-            const { children } = await s.getChildren(key);
-            if (sortChildren(children, ['lock-'])[0] === leaf(mine)) {
-              enter(key, 'foreign');
-              await delay(random() * 3);
-              leave(key);
-            }
-            await s.delete(mine);
-            foreignNodes.delete(mine);
+            await foreignTryOnce(s, key, ledger, () => delay(random() * 3), foreignNodes);
           } else if (op < 0.5) {
             // A foreign sequential node of another kind, there for a moment.
             const other = await s.create(`${key}/foreign-`, EMPTY, CreateMode.EPHEMERAL_SEQUENTIAL);
