@@ -12,47 +12,15 @@ import type { AcquireOptions } from '../../../lib/core/queue/acquire-options.js'
 import type { Lease } from '../../../lib/core/leases/lease.js';
 import { LeaseGroup } from '../../../lib/core/leases/multi-lease.js';
 import { LockContext } from '../../../lib/core/leases/lock-context.js';
-import type { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
+import { overlaps, trackMaxChildren, stopChildCountTrackers } from '../../support/recipe-workers.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, uniquePath } from '../../support/helpers.js';
 import { nameOf, notAcquired, within, untilChildCount, untilWatching, delay, sessionsWatching, sessionIdOf } from '../../support/lock-test-helpers.js';
 
 const untilWatchedBy = (lease: Lease) => untilWatching(lease.path, lease.sessionId);
 
 afterEach(closeAll);
+afterEach(stopChildCountTrackers);
 afterAll(closeAll);
-
-interface Tracker {
-  readonly max: number;
-  stop(): Promise<number>;
-}
-const trackers: Tracker[] = [];
-afterEach(async () => {
-  await Promise.all(trackers.splice(0).map((t) => t.stop()));
-});
-
-/** Polls the number of children of `path` in the background and remembers the largest seen. */
-function trackMaxChildren(observer: ZkConnection, path: string): Tracker {
-  let max = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      max = Math.max(max, (await childrenOf(observer, path).catch(() => [])).length);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  })();
-  const tracker = {
-    get max() {
-      return max;
-    },
-    stop: async () => {
-      running = false;
-      await loop;
-      return max;
-    },
-  };
-  trackers.push(tracker);
-  return tracker;
-}
 
 /**
  * A member wrapping a real Mutex whose leases refuse to release (they throw, and keep the node),

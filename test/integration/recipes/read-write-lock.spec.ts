@@ -2,13 +2,11 @@
 // sharing and exclusion, arrival-order fairness (no writer starvation), downgrade as Curator 5.5+
 // (CURATOR-621), refused upgrade, re-entrancy, and a killed writer's session. Ports Curator's
 // TestInterProcessReadWriteLock and kazoo's read/write lock tests.
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { ReadWriteLock } from '../../../lib/core/recipes/read-write-lock.js';
 import { LockLostError, LockNotAcquiredError, LockUsageError } from '../../../lib/core/errors.js';
 import type { Lease } from '../../../lib/core/leases/lease.js';
-import type { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';
+import { runRecipeWorkers, maxOverlap, overlaps } from '../../support/recipe-workers.js';
 import { fourLetter } from '../../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../../support/helpers.js';
 import { nameOf, notAcquired, within, untilChildCount, sessionIdOf, sessionsWatching, untilWatching } from '../../support/lock-test-helpers.js';
@@ -16,7 +14,6 @@ import { nameOf, notAcquired, within, untilChildCount, sessionIdOf, sessionsWatc
 afterEach(closeAll);
 afterAll(closeAll);
 
-const WORKER = fileURLToPath(new URL('../fixtures/recipe-worker.mjs', import.meta.url));
 
 const UUID = '[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}';
 const READ_NODE = new RegExp(`^_c_${UUID}-__READ__\\d{10}$`);
@@ -33,55 +30,6 @@ function track<T>(work: Promise<T>): { promise: Promise<T>; readonly settled: bo
       return settled;
     },
   };
-}
-
-interface Interval {
-  kind: string;
-  start: bigint;
-  end: bigint;
-}
-
-function overlaps(a: Interval, b: Interval): boolean {
-  return a.start < b.end && b.start < a.end;
-}
-
-function maxOverlap(intervals: readonly Interval[]): number {
-  const events = intervals.flatMap((i) => [
-    { at: i.start, delta: 1 },
-    { at: i.end, delta: -1 },
-  ]);
-  events.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : a.delta - b.delta));
-  let open = 0;
-  let max = 0;
-  for (const e of events) max = Math.max(max, (open += e.delta));
-  return max;
-}
-
-async function runWorkers(processes: number, env: Record<string, string>): Promise<Interval[]> {
-  const startAt = String(Date.now() + 2500);
-  const outputs = await Promise.all(
-    Array.from(
-      { length: processes },
-      () =>
-        new Promise<string>((resolve, reject) =>
-          execFile(
-            process.execPath,
-            [WORKER],
-            { env: { ...process.env, ZK_CONNECT: zkConnectString(), START_AT: startAt, ...env }, timeout: 150_000, maxBuffer: 16 * 1024 * 1024 },
-            (error, stdout, stderr) => (error ? reject(new Error(`worker failed: ${error.message}\n${stderr}`)) : resolve(stdout)),
-          ),
-        ),
-    ),
-  );
-  return outputs.flatMap((out) =>
-    out
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => {
-        const { kind, start, end } = JSON.parse(line) as { kind: string; start: string; end: string };
-        return { kind, start: BigInt(start), end: BigInt(end) };
-      }),
-  );
 }
 
 describe('ReadWriteLock against a real ZooKeeper', () => {
@@ -207,7 +155,7 @@ describe('ReadWriteLock against a real ZooKeeper', () => {
     it('mixed readers and writers (3 processes × 3 workers, ~10% writes): writers never overlap anyone, readers do overlap', async () => {
       const observer = await connect();
       const path = uniquePath('rw-procs');
-      const intervals = await runWorkers(3, {
+      const intervals = await runRecipeWorkers(3, {
         RECIPE: 'rw',
         LOCK_PATH: path,
         WORKERS: '3',

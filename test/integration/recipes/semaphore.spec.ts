@@ -3,23 +3,22 @@
 // expired sessions, cut connections). Ports Curator's TestInterProcessSemaphore and kazoo's
 // TestSemaphore where they apply.
 import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { Semaphore } from '../../../lib/core/recipes/semaphore.js';
 import { InvalidOptionError, LockNotAcquiredError } from '../../../lib/core/errors.js';
 import type { LockEngine } from '../../../lib/core/lock-engine.js';
 import type { Lease } from '../../../lib/core/leases/lease.js';
 import { LeaseGroup } from '../../../lib/core/leases/multi-lease.js';
-import type { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';
+import { RECIPE_WORKER, runRecipeWorkers, maxOverlap, trackMaxChildren, stopChildCountTrackers } from '../../support/recipe-workers.js';
 import { fourLetter } from '../../support/zk-server.js';
 import { childrenOf, closeAll, connect, engine, eventually, exists, killSession, nextEvent, uniquePath, zkConnectString } from '../../support/helpers.js';
 import { nameOf, notAcquired, within, untilChildCount, nodesOf, sessionIdOf, sessionsWatching, untilWatching, delay } from '../../support/lock-test-helpers.js';
 
 // Tests open many sessions: close them after each test so they do not pile up.
 afterEach(closeAll);
+afterEach(stopChildCountTrackers);
 afterAll(closeAll);
 
-const WORKER = fileURLToPath(new URL('../fixtures/recipe-worker.mjs', import.meta.url));
 
 /** `_c_` + a v4 UUID (36 characters) + `-lease-` + the server's 10-digit sequence. */
 const LEASE_NODE = /^_c_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-lease-\d{10}$/;
@@ -42,92 +41,11 @@ async function invalidOption(fn: () => unknown): Promise<InvalidOptionError> {
   return caught as InvalidOptionError;
 }
 
-interface Tracker {
-  readonly max: number;
-  stop(): Promise<number>;
-}
-const trackers: Tracker[] = [];
-// A failed test must not leave its poller running (Jest would never exit).
-afterEach(async () => {
-  await Promise.all(trackers.splice(0).map((t) => t.stop()));
-});
-
-/** Polls the number of children of `path` in the background and remembers the largest seen. */
-function trackMaxChildren(observer: ZkConnection, path: string): Tracker {
-  let max = 0;
-  let running = true;
-  const loop = (async () => {
-    while (running) {
-      max = Math.max(max, (await childrenOf(observer, path).catch(() => [])).length);
-      await new Promise((r) => setTimeout(r, 10));
-    }
-  })();
-  const tracker = {
-    get max() {
-      return max;
-    },
-    stop: async () => {
-      running = false;
-      await loop;
-      return max;
-    },
-  };
-  trackers.push(tracker);
-  return tracker;
-}
-
 /** Collects the warnings of the engines into one list. */
 function warningsOf(...engines: LockEngine[]): string[] {
   const warnings: string[] = [];
   for (const e of engines) e.onWarning((message) => warnings.push(message));
   return warnings;
-}
-
-interface Interval {
-  kind: string;
-  start: bigint;
-  end: bigint;
-}
-
-/** Largest number of intervals open at one instant (an end and a start at the same instant do not overlap). */
-function maxOverlap(intervals: readonly Interval[]): number {
-  const events = intervals.flatMap((i) => [
-    { at: i.start, delta: 1 },
-    { at: i.end, delta: -1 },
-  ]);
-  events.sort((a, b) => (a.at < b.at ? -1 : a.at > b.at ? 1 : a.delta - b.delta));
-  let open = 0;
-  let max = 0;
-  for (const e of events) max = Math.max(max, (open += e.delta));
-  return max;
-}
-
-/** Runs `processes` recipe-worker processes and returns every interval they held the lock. */
-async function runWorkers(processes: number, env: Record<string, string>): Promise<Interval[]> {
-  const startAt = String(Date.now() + 2500); // after every Node process has loaded and connected
-  const outputs = await Promise.all(
-    Array.from(
-      { length: processes },
-      () =>
-        new Promise<string>((resolve, reject) =>
-          execFile(
-            process.execPath,
-            [WORKER],
-            { env: { ...process.env, ZK_CONNECT: zkConnectString(), START_AT: startAt, ...env }, timeout: 150_000, maxBuffer: 16 * 1024 * 1024 },
-            (error, stdout, stderr) => (error ? reject(new Error(`worker failed: ${error.message}\n${stderr}`)) : resolve(stdout)),
-          ),
-        ),
-    ),
-  );
-  return outputs.flatMap((out) =>
-    out
-      .split('\n')
-      .filter(Boolean)
-      .map((line) => {
-        const { kind, start, end } = JSON.parse(line) as { kind: string; start: string; end: string };
-        return { kind, start: BigInt(start), end: BigInt(end) };
-      }),
-  );
 }
 
 describe('Semaphore against a real ZooKeeper', () => {
@@ -189,7 +107,7 @@ describe('Semaphore against a real ZooKeeper', () => {
       const PERMITS = 4;
       const observer = await connect();
       const path = uniquePath('sem-procs');
-      const intervals = await runWorkers(3, {
+      const intervals = await runRecipeWorkers(3, {
         RECIPE: 'semaphore',
         LOCK_PATH: path,
         WORKERS: '4',
@@ -588,7 +506,7 @@ describe('Semaphore against a real ZooKeeper', () => {
         const output = await new Promise<string>((resolve, reject) =>
           execFile(
             process.execPath,
-            [WORKER],
+            [RECIPE_WORKER],
             { env: { ...process.env, ZK_CONNECT: zkConnectString(), RECIPE: 'close-after-lost-reply', LOCK_PATH: uniquePath('sem-lost-reply') }, timeout: 60_000 },
             (error, stdout, stderr) => (error ? reject(new Error(`the scenario process died (${error.message.split('\n')[0]})\n${stderr}`)) : resolve(stdout)),
           ),
@@ -602,7 +520,7 @@ describe('Semaphore against a real ZooKeeper', () => {
         const output = await new Promise<string>((resolve, reject) =>
           execFile(
             process.execPath,
-            [WORKER],
+            [RECIPE_WORKER],
             { env: { ...process.env, ZK_CONNECT: zkConnectString(), RECIPE: 'cut-in-flight', LOCK_PATH: uniquePath('sem-in-flight'), ROUNDS: '8' }, timeout: 110_000 },
             (error, stdout, stderr) => (error ? reject(new Error(`the scenario process died (${error.message.split('\n')[0]})\n${stderr}`)) : resolve(stdout)),
           ),
