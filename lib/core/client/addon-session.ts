@@ -2,7 +2,8 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ZkCode, ZkError } from './zk-error.js';
-import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
+import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
+import { Fifo } from './fifo.js';
 import { ZkLockError } from '../errors.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from './write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from './session.js';
@@ -98,37 +99,6 @@ interface NativeAcl {
 }
 
 const NATIVE_CONNECTED_STATE = 3;
-/**
- * Requests a follower forwards to the leader (writes, sync): only their answers show the leader,
- * which expires sessions, heard of ours. Reads and auth are answered by the server we talk to.
- */
-const VIA_LEADER = new Set(['create', 'delete', 'setData', 'setAcl', 'sync']);
-/** The most requests in flight (see NativeZkSession.window): enough to keep the server busy, little enough to answer within a tick. */
-const MAX_IN_FLIGHT = 1000;
-/** The in-flight window never shrinks below this (see NativeZkSession.window). */
-const MIN_IN_FLIGHT = 64;
-
-/** A queue with O(1) push and shift. */
-class Fifo<T> {
-  private items: (T | undefined)[] = [];
-  private head = 0;
-  get size(): number {
-    return this.items.length - this.head;
-  }
-  push(item: T): void {
-    this.items.push(item);
-  }
-  shift(): T | undefined {
-    if (this.head >= this.items.length) return undefined;
-    const item = this.items[this.head];
-    this.items[this.head++] = undefined;
-    if (this.head > 1024 && this.head * 2 > this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return item;
-  }
-}
 
 export const nativeSessionFactory: ZkSessionFactory = (init, events) => new NativeZkSession(init, events);
 
@@ -382,9 +352,7 @@ export class NativeZkSession implements ZkSession {
   private window = MIN_IN_FLIGHT;
 
   private adaptWindow(roundTripMs: number): void {
-    const timeoutMs = this.timeoutMs;
-    if (roundTripMs < timeoutMs / 16) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
-    else if (roundTripMs > timeoutMs / 8) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
+    this.window = nextWindow(this.window, roundTripMs, this.timeoutMs);
   }
 
   /** Where requests go to the addon: lock-node writes are group-committed as multi requests. */

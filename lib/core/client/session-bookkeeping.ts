@@ -182,3 +182,20 @@ function takeAll(map: Map<string, Registration[]>, path: string): WatchListener[
   map.delete(path);
   return registrations.map((r) => r.listener);
 }
+
+/**
+ * Requests a follower forwards to the leader (writes, sync): only their answers show the leader,
+ * which expires sessions, heard of ours. Reads and auth are answered by the server we talk to.
+ */
+export const VIA_LEADER: ReadonlySet<string> = new Set(['create', 'delete', 'setData', 'setAcl', 'sync']);
+
+/** The in-flight window's bounds: enough to keep the server busy, little enough to answer within a tick. */
+export const MIN_IN_FLIGHT = 64;
+export const MAX_IN_FLIGHT = 1000;
+
+/** A session's in-flight window after an answer that took `roundTripMs`: one more while answers are quick, half when they are slow. */
+export function nextWindow(window: number, roundTripMs: number, timeoutMs: number): number {
+  if (roundTripMs < timeoutMs / 16) return Math.min(MAX_IN_FLIGHT, window + 1);
+  if (roundTripMs > timeoutMs / 8) return Math.max(MIN_IN_FLIGHT, window >> 1);
+  return window;
+}

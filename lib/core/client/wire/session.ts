@@ -3,10 +3,10 @@
 import net from 'node:net';
 import tls from 'node:tls';
 import { ZkCode, ZkError } from '../zk-error.js';
-import { ClientWatches, DEFAULT_SERVER_TICK_MS, RequestClock, reportLagMs, type WatchListener } from '../session-bookkeeping.js';
+import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
-import { Fifo } from './fifo.js';
+import { Fifo } from '../fifo.js';
 import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from './frames.js';
 import { Chroot, HostList, isValidPath, parseConnectString } from './hosts.js';
 import { JuteDecodeError, JuteReader, type JuteWriter } from './jute.js';
@@ -50,10 +50,6 @@ export function wireSessionFactoryWith(options: WireSessionOptions): ZkSessionFa
 }
 
 const OPEN_ACL: readonly ZkAcl[] = [{ perms: 31, scheme: 'world', id: 'anyone' }];
-/** Requests a follower forwards to the leader: only their answers move lastAnsweredSentAt (see NativeZkSession). */
-const VIA_LEADER = new Set(['create', 'delete', 'setData', 'setAcl', 'sync']);
-const MAX_IN_FLIGHT = 1000;
-const MIN_IN_FLIGHT = 64;
 const SEQUENTIAL_FLAG = 2;
 /** onClosed codes, as the C client's handle states. */
 const EXPIRED_STATE = -112;
@@ -673,9 +669,7 @@ export class WireZkSession implements ZkSession {
   private draining = false;
 
   private adaptWindow(roundTripMs: number): void {
-    const timeoutMs = this.timeoutMs;
-    if (roundTripMs < timeoutMs / 16) this.window = Math.min(MAX_IN_FLIGHT, this.window + 1);
-    else if (roundTripMs > timeoutMs / 8) this.window = Math.max(MIN_IN_FLIGHT, this.window >> 1);
+    this.window = nextWindow(this.window, roundTripMs, this.timeoutMs);
   }
 
   /**
