@@ -6,24 +6,14 @@ import { createHash, randomUUID } from 'node:crypto';
 import { LockEngine } from '../../../lib/core/lock-engine.js';
 import { Mutex } from '../../../lib/core/recipes/mutex.js';
 import { ZkCode, ZkError } from '../../../lib/core/client/zk-error.js';
-import { CreateMode, type SessionEvents } from '../../../lib/core/client/session.js';
+import { CreateMode } from '../../../lib/core/client/session.js';
 import { WireZkSession } from '../../../lib/core/client/wire/session.js';
 import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../../support/helpers.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';
+import { recordingEvents } from '../../support/session-events.js';
 
 const EMPTY = Buffer.alloc(0);
 
-function recordingEvents(): SessionEvents & { connected: number; connecting: number; closed: number[] } {
-  const events = {
-    connected: 0,
-    connecting: 0,
-    closed: [] as number[],
-    onConnected: () => void events.connected++,
-    onConnecting: () => void events.connecting++,
-    onClosed: (code: number) => void events.closed.push(code),
-  };
-  return events;
-}
 
 /** The outcome of a request: 'ok' or the code it failed with. */
 function outcome(work: Promise<unknown>): Promise<string | number> {

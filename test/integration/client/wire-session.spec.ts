@@ -9,29 +9,18 @@ import { join } from 'node:path';
 import tls from 'node:tls';
 import { randomUUID } from 'node:crypto';
 import { ZkError } from '../../../lib/core/client/zk-error.js';
-import { CreateMode, type SessionEvents, type ZkSession } from '../../../lib/core/client/session.js';
+import { CreateMode, type ZkSession } from '../../../lib/core/client/session.js';
 import { FrameReader } from '../../../lib/core/client/wire/frames.js';
 import { JuteReader, JuteWriter } from '../../../lib/core/client/wire/jute.js';
 import { WireZkSession, wireSessionFactoryWith } from '../../../lib/core/client/wire/session.js';
 import { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
 import { eventually, nextEvent, TEST_SERVER_TICK_MS, zkConnectString } from '../../support/helpers.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';
+import { recordingEvents } from '../../support/session-events.js';
 import { fourLetter, startEnsemble, type ZkEnsembleHandle } from '../../support/zk-server.js';
 
 const EMPTY = Buffer.alloc(0);
 
-/** SessionEvents that count what they were told. */
-function recordingEvents(): SessionEvents & { connected: number; connecting: number; closed: number[] } {
-  const events = {
-    connected: 0,
-    connecting: 0,
-    closed: [] as number[],
-    onConnected: () => void events.connected++,
-    onConnecting: () => void events.connecting++,
-    onClosed: (code: number) => void events.closed.push(code),
-  };
-  return events;
-}
 
 async function failure(promise: Promise<unknown>): Promise<ZkError> {
   try {
