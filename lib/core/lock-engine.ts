@@ -117,7 +117,6 @@ export class LockEngine {
       lost: (reason) => this.sessionGone(reason),
       state: (state) => {
         if (state === 'connected') return;
-        this.ops.shortcut.forgetAll(connection.session);
         const listeners = [...this.disconnectListeners];
         this.disconnectListeners.clear();
         for (const listener of listeners) listener();

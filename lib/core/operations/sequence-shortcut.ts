@@ -205,7 +205,7 @@ export class SequenceShortcut {
     if (this.records.get(parentPath)?.session === session) this.records.delete(parentPath);
   }
 
-  /** On any disconnection of `session` (the engine calls it): its watches are unarmed until set again. */
+  /** On any disconnection of `session` (ZkOperations, its owner, calls it): its watches are unarmed until set again. */
   forgetAll(session: ZkSession | undefined): void {
     this.records.clear();
     if (session) for (const watch of watchesOf(session).byPath.values()) watch.armed = false;

@@ -41,7 +41,16 @@ export class ZkOperations {
     this.acl = acl?.length ? acl : undefined;
     this.paths = new LockPaths(connection, maxIdleLockPaths);
     this.shortcut = new SequenceShortcut((path) => this.paths.gone(path));
+    // The shortcut's records prove nothing past a disconnection (see SequenceShortcut): dropped at
+    // once, before anyone hears of it (this listener comes before the engine's).
+    this.detach = connection.listen({
+      state: (state) => {
+        if (state !== 'connected') this.shortcut.forgetAll(connection.session);
+      },
+    });
   }
+
+  private readonly detach: () => void;
 
   /**
    * The engine shut down (its connection may live on): no timer, record or listener of it stays
@@ -49,6 +58,7 @@ export class ZkOperations {
    * drop one; they are counted in the session's budget, see SequenceShortcut).
    */
   stop(): void {
+    this.detach();
     this.paths.stop();
     this.shortcut.stop();
   }
