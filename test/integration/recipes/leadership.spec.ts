@@ -44,7 +44,9 @@ describe('Leadership (Curator LeaderLatch layout)', () => {
     const terms = watchTerms(leaders);
     leaders[0]!.start();
     const first = await gained(leaders[0]!);
+    // One at a time: two sessions' creates reach the server in no fixed order.
     leaders[1]!.start();
+    await eventually(async () => (await leaders[0]!.participants()).length === 2, 10_000);
     leaders[2]!.start();
     await eventually(async () => (await leaders[0]!.participants()).length === 3, 10_000);
     expect(await leaders[2]!.participants()).toEqual([
