@@ -2,6 +2,7 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { ZkCode, ZkError } from './zk-error.js';
+import { systemClock, type Clock } from '../clock.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchEventType, type WatchListener } from './session-bookkeeping.js';
 import { Fifo } from './fifo.js';
 import { ZkLockError } from '../errors.js';
@@ -121,6 +122,7 @@ export class NativeZkSession implements ZkSession {
     return this.requests.lastAnsweredSentAt;
   }
   private readonly requests: RequestClock;
+  private readonly clock: Clock;
   private everConnected = false;
   /**
    * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
@@ -133,7 +135,8 @@ export class NativeZkSession implements ZkSession {
 
   constructor(init: SessionInit, events: SessionEvents) {
     const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
-    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs));
+    this.clock = init.clock ?? systemClock;
+    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs), this.clock);
     const config: Record<string, unknown> = {
       connect: init.connectString,
       timeout: init.sessionTimeoutMs,
@@ -155,7 +158,7 @@ export class NativeZkSession implements ZkSession {
       // A new session holds nothing until a request sent after this moment is answered, so its
       // deadline may start here. A reconnect of the same session proves nothing about when the
       // server last heard from us: the connection's next request tells.
-      if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
+      if (!this.everConnected) this.requests.lastAnsweredSentAt = this.clock.now();
       this.requests.newLink();
       this.everConnected = true;
       events.onConnected();
@@ -383,7 +386,7 @@ export class NativeZkSession implements ZkSession {
         this.inFlight++;
         // Sent no sooner than now (the C client may queue it): a safe lower bound.
         const answered = this.requests.sent(VIA_LEADER.has(operation));
-        const sentAt = performance.now();
+        const sentAt = this.clock.now();
         let settled = false;
         const done = (code: number, value: T) => {
           if (settled) return;
@@ -391,7 +394,7 @@ export class NativeZkSession implements ZkSession {
           this.unsettled.delete(fail);
           this.inFlight--;
           if (code !== ZkCode.OK) drop?.();
-          if (answered(code)) this.adaptWindow(performance.now() - sentAt);
+          if (answered(code)) this.adaptWindow(this.clock.now() - sentAt);
           if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
           else if (code === ZkCode.OK) resolve(value);
           else reject(new ZkError(code, operation, path));

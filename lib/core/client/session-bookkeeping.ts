@@ -1,4 +1,5 @@
 import { ZkCode } from './zk-error.js';
+import { systemClock, type Clock } from '../clock.js';
 
 export type WatchEventType = 'created' | 'deleted' | 'changed' | 'child' | 'session' | 'not-watching';
 /**
@@ -95,7 +96,7 @@ export function reportLagMs(serverTickTimeMs: number, sessionTimeoutMs: number):
  * on its way (a stalled link, a batch held back) and reach the server together with a later one.
  */
 export class RequestClock {
-  lastAnsweredSentAt = performance.now();
+  lastAnsweredSentAt: number;
   /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
   private readonly pending = new Set<{ sentAt: number; link: number }>();
   /** This link's answered requests: when each answer came, and the newest send time answered by then. */
@@ -103,7 +104,12 @@ export class RequestClock {
   private head = 0;
   private link = 0;
 
-  constructor(private readonly reportLag: () => number = () => reportLagMs(DEFAULT_SERVER_TICK_MS, Infinity)) {}
+  constructor(
+    private readonly reportLag: () => number = () => reportLagMs(DEFAULT_SERVER_TICK_MS, Infinity),
+    private readonly clock: Clock = systemClock,
+  ) {
+    this.lastAnsweredSentAt = clock.now();
+  }
 
   /** A new connection to a server: what earlier ones carried says nothing about this one's reports. */
   newLink(): void {
@@ -118,7 +124,7 @@ export class RequestClock {
    * moves `lastAnsweredSentAt` (see the class).
    */
   sent(viaLeader: boolean): (code: number) => boolean {
-    const request = { sentAt: performance.now(), link: this.link };
+    const request = { sentAt: this.clock.now(), link: this.link };
     this.pending.add(request);
     return (code) => {
       this.pending.delete(request);
@@ -135,7 +141,7 @@ export class RequestClock {
 
   unansweredForMs(): number {
     const oldest = this.pending.values().next().value;
-    return oldest ? performance.now() - oldest.sentAt : 0;
+    return oldest ? this.clock.now() - oldest.sentAt : 0;
   }
 
   /** The newest send time among this link's requests answered at or before `time`. */
@@ -155,7 +161,7 @@ export class RequestClock {
 
   /** Records an answer now; keeps the newest entry an answer still to come could use, and all after it. */
   private remember(sentAt: number): void {
-    const now = performance.now();
+    const now = this.clock.now();
     const last = this.answers[this.answers.length - 1];
     this.answers.push({ answeredAt: now, newestSentAt: Math.max(sentAt, last?.newestSentAt ?? -Infinity) });
     const oldest = this.pending.values().next().value;

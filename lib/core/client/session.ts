@@ -3,6 +3,7 @@
 // NativeZkSession (addon-session.ts, the C addon, client: 'addon') and nestjs-zk-lock/testing's
 // in-memory ZooKeeper.
 import type { WatchListener } from './session-bookkeeping.js';
+import type { Clock } from '../clock.js';
 
 /** A node's stat; `ephemeralOwner` is the owning session id in hex ("0" for persistent nodes). */
 export interface ZkStat {
@@ -54,6 +55,8 @@ export interface SessionInit {
   /** Re-attach to an existing session (used by tests to expire a session from a second client). */
   sessionId?: string;
   sessionPassword?: string;
+  /** Where the session reads the time and arms its timers (default the system clock). */
+  clock?: Clock;
 }
 
 /**

@@ -7,6 +7,7 @@ import { wireSessionFactory, wireSessionFactoryWith } from '../client/wire/sessi
 import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
+import { systemClock, type Clock, type ClockTimer } from '../clock.js';
 
 import type { ConnectionState, SessionLostReason } from './connection-state.js';
 export type { ConnectionState, SessionLostReason } from './connection-state.js';
@@ -80,7 +81,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private current: ZkSession | undefined;
   private currentState: ConnectionState = 'connecting';
   /** Fires at the current session's deadline (less the margin) unless a fresher answer moved it. */
-  private deadlineTimer: NodeJS.Timeout | undefined;
+  private deadlineTimer: ClockTimer | undefined;
   private generation = 0;
   private firstConnect: Promise<void> | undefined;
 
@@ -88,9 +89,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   /**
    * `openWith` opens each session: by default the client that `options.client` names;
-   * `nestjs-zk-lock/testing` passes its in-memory ZooKeeper's.
+   * `nestjs-zk-lock/testing` passes its in-memory ZooKeeper's. `clock`: where the connection and
+   * its sessions read the time and arm their timers (a simulation passes a virtual one).
    */
-  constructor(options: ZkConnectionOptions, openWith?: ZkSessionFactory) {
+  constructor(
+    options: ZkConnectionOptions,
+    openWith?: ZkSessionFactory,
+    readonly clock: Clock = systemClock,
+  ) {
     super();
     this.options = resolveConnectionOptions(options);
     const { client, tls } = this.options;
@@ -147,7 +153,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const session = this.current;
     if (!session || this.currentState === 'closed' || this.currentState === 'connecting' || this.currentState === 'lost') return false;
     if (!this.connectedSessions.has(session)) return false;
-    if (performance.now() < this.sessionDeadline - lossMarginMs(session.timeoutMs)) return true;
+    if (this.clock.now() < this.sessionDeadline - lossMarginMs(session.timeoutMs)) return true;
     this.sessionLost(session, 'session-timeout');
     return false;
   }
@@ -185,14 +191,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   private start(firstProbeMs: number): void {
-    this.watchdog = setInterval(() => this.checkNativeState(), watchdogIntervalMs(this.options.sessionTimeoutMs)).unref();
+    this.watchdog = this.clock.setInterval(() => this.checkNativeState(), watchdogIntervalMs(this.options.sessionTimeoutMs)).unref();
     this.openSession();
     this.probeUntilConnected(firstProbeMs);
   }
 
   /** Probes the servers while the first session is not connected, and says what they answered. */
   private probeUntilConnected(firstProbeMs: number): void {
-    const started = performance.now();
+    const started = this.clock.now();
     const round = async () => {
       if (this.currentState !== 'connecting') return;
       const problems = await probeHosts(this.options.hosts);
@@ -201,15 +207,15 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       const linkError = this.current?.lastLinkError;
       if (linkError) problems.push(`last attempt: ${linkError}`);
       this.lastProbe = problems;
-      this.emit('unreachable', problems, Math.round(performance.now() - started));
-      this.probeTimer = setTimeout(round, PROBE_EVERY_MS).unref();
+      this.emit('unreachable', problems, Math.round(this.clock.now() - started));
+      this.probeTimer = this.clock.setTimeout(round, PROBE_EVERY_MS).unref();
     };
-    this.probeTimer = setTimeout(round, firstProbeMs).unref();
+    this.probeTimer = this.clock.setTimeout(round, firstProbeMs).unref();
   }
-  private probeTimer: NodeJS.Timeout | undefined;
+  private probeTimer: ClockTimer | undefined;
   private lastProbe: string[] | undefined;
 
-  private watchdog: NodeJS.Timeout | undefined;
+  private watchdog: ClockTimer | undefined;
   /** The heartbeats of the current session's link: when the last went out, and how many are unanswered. */
   private heartbeats = { link: -1, sentAt: -Infinity, inFlight: 0 };
 
@@ -257,12 +263,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const { connectTimeoutMs } = this.options;
     // Soon enough that a short connectTimeoutMs still fails with the answers (a probe takes ≤ 1.3 s).
     this.start(Math.min(FIRST_PROBE_MS, Math.max(0, connectTimeoutMs - 1500)));
-    let timer: NodeJS.Timeout | undefined;
+    let timer: ClockTimer | undefined;
     try {
       await Promise.race([
         this.whenConnected(),
         new Promise<never>((_, reject) => {
-          timer = setTimeout(() => {
+          timer = this.clock.setTimeout(() => {
             // What the servers answered to the last probe, if one finished in time (never waits for one).
             const problems = this.lastProbe ? `: ${this.lastProbe.join('; ')}` : '';
             reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
@@ -274,7 +280,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       if (error instanceof ConnectionClosedError && this.failed) throw this.failed;
       throw error;
     } finally {
-      clearTimeout(timer);
+      this.clock.clearTimeout(timer);
     }
   }
 
@@ -290,7 +296,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const isCurrent = () => generation === this.generation && this.currentState !== 'closed';
     let everConnected = false;
     const session: ZkSession = this.openWith(
-      { connectString: connectString + (chroot ?? ''), sessionTimeoutMs, serverTickTimeMs },
+      { connectString: connectString + (chroot ?? ''), sessionTimeoutMs, serverTickTimeMs, clock: this.clock },
       {
         onConnected: () => {
           if (!isCurrent()) return;
@@ -347,7 +353,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       }
       // Disconnected while preparing: the session reconnects and we will be called again.
       if (session.isClosed) this.sessionLost(session, 'session-expired');
-      else setTimeout(() => isCurrent() && void this.prepareSession(session, isCurrent), 100).unref();
+      else this.clock.setTimeout(() => isCurrent() && void this.prepareSession(session, isCurrent), 100).unref();
       return;
     }
     if (!isCurrent()) return;
@@ -358,9 +364,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   /** (Re)arms the deadline timer of `session`; when it fires with no fresher answer, the session is lost. */
   private armDeadline(session: ZkSession): void {
-    clearTimeout(this.deadlineTimer);
-    const due = this.sessionDeadline - lossMarginMs(session.timeoutMs) - performance.now();
-    this.deadlineTimer = setTimeout(() => {
+    this.clock.clearTimeout(this.deadlineTimer);
+    const due = this.sessionDeadline - lossMarginMs(session.timeoutMs) - this.clock.now();
+    this.deadlineTimer = this.clock.setTimeout(() => {
       if (session !== this.current || this.currentState === 'closed') return;
       if (this.checkDeadline()) this.armDeadline(session);
     }, Math.max(0, due));
@@ -396,7 +402,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     }
     if (this.currentState !== 'connected') this.reconfirm = this.link;
     this.linkUpRuns++;
-    setImmediate(() => {
+    this.clock.setImmediate(() => {
       this.linkUpRuns--;
       if (session === this.current && !session.isClosed) run();
     });
@@ -439,7 +445,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
         // Something went out after this sync, or is about to (onLinkUp): a sync sent after it
         // confirms (the runs scheduled so far go first).
         this.reconfirm = undefined;
-        setImmediate(() => this.confirmLink(session, link));
+        this.clock.setImmediate(() => this.confirmLink(session, link));
         return;
       }
       this.confirming = undefined;
@@ -474,7 +480,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * close together (see RequestClock); one sent on an earlier link never holds the next back.
    */
   private sendHeartbeat(session: ZkSession): void {
-    const now = performance.now();
+    const now = this.clock.now();
     if (this.heartbeats.link !== this.link) this.heartbeats = { link: this.link, sentAt: -Infinity, inFlight: 0 };
     const beats = this.heartbeats;
     if (now - beats.sentAt < heartbeatAfterMs(session.timeoutMs) || beats.inFlight >= MAX_HEARTBEATS_IN_FLIGHT) return;
@@ -486,7 +492,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   private sessionLost(session: ZkSession, reason: SessionLostReason): void {
     if (session !== this.current || this.currentState === 'closed') return;
-    clearTimeout(this.deadlineTimer);
+    this.clock.clearTimeout(this.deadlineTimer);
     const sessionId = session.id;
     if (!this.connectedSessions.has(session)) {
       // Never connected: nothing was lost, keep trying.
@@ -505,16 +511,16 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.openSession();
     this.setState('lost');
     this.emit('lost', reason, sessionId);
-    setImmediate(() => session.close());
+    this.clock.setImmediate(() => session.close());
   }
 
   private setState(state: ConnectionState): void {
     const previous = this.currentState;
     if (previous === state) return;
     this.currentState = state;
-    if (state === 'connected') this.links.upAt = performance.now();
+    if (state === 'connected') this.links.upAt = this.clock.now();
     else if (previous === 'connected' || state === 'lost') {
-      this.links.downAt = performance.now();
+      this.links.downAt = this.clock.now();
       // Lost at its deadline: nothing had been answered for most of the session timeout.
       this.links.unansweredAtDown = state === 'lost' ? Infinity : (this.current?.unansweredForMs() ?? 0);
     }
@@ -523,8 +529,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   private clearTimers(): void {
-    clearTimeout(this.deadlineTimer);
-    clearTimeout(this.probeTimer);
-    clearInterval(this.watchdog);
+    this.clock.clearTimeout(this.deadlineTimer);
+    this.clock.clearTimeout(this.probeTimer);
+    this.clock.clearInterval(this.watchdog);
   }
 }

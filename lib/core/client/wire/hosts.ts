@@ -26,9 +26,9 @@ export function parseConnectString(connectString: string): { hosts: HostPort[]; 
   return { hosts, chroot };
 }
 
-function shuffle<T>(items: T[]): T[] {
+function shuffle<T>(items: T[], random: () => number): T[] {
   for (let i = items.length - 1; i > 0; i--) {
-    const j = Math.floor(Math.random() * (i + 1));
+    const j = Math.floor(random() * (i + 1));
     [items[i], items[j]] = [items[j]!, items[i]!];
   }
   return items;
@@ -44,8 +44,11 @@ export class HostList {
   /** Attempts since the last successful connect. */
   private failures = 0;
 
-  constructor(hosts: readonly HostPort[]) {
-    this.hosts = shuffle([...hosts]);
+  constructor(
+    hosts: readonly HostPort[],
+    private readonly random: () => number = Math.random,
+  ) {
+    this.hosts = shuffle([...hosts], random);
   }
 
   get size(): number {
@@ -59,7 +62,7 @@ export class HostList {
   delayBeforeNextMs(): number {
     if (this.failures === 0) return 0;
     const roundDone = this.failures % this.hosts.length === 0;
-    return (roundDone ? 250 : 0) + Math.random() * 50;
+    return (roundDone ? 250 : 0) + this.random() * 50;
   }
 
   /** The next host's address (resolved now) and its name; throws when the name does not resolve. */
@@ -68,7 +71,7 @@ export class HostList {
     const { host, port } = this.hosts[this.index]!;
     const addresses = await lookup(host, { all: true });
     if (addresses.length === 0) throw new Error(`${host} resolves to no address`);
-    return { host: addresses[Math.floor(Math.random() * addresses.length)]!.address, port, name: host };
+    return { host: addresses[Math.floor(this.random() * addresses.length)]!.address, port, name: host };
   }
 
   failed(): void {

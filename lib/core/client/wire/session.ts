@@ -30,6 +30,7 @@ import {
   type MultiResult,
 } from './records.js';
 import { ServerWatches } from './server-watches.js';
+import { sleep, systemClock, type Clock, type ClockTimer } from '../../clock.js';
 
 export const wireSessionFactory: ZkSessionFactory = (init, events) => new WireZkSession(init, events);
 
@@ -42,7 +43,40 @@ export interface WireSessionOptions {
   tls?: tls.ConnectionOptions;
   /** The largest reply accepted, as the server's jute.maxbuffer (default 0xfffff): a larger one drops the link. */
   maxFrameBytes?: number;
+  /** Opens the link to one server (default: TCP, or TLS with `tls`); the simulation's links in test/simulation/. */
+  dial?: Dial;
 }
+
+/** What the session uses of a socket: net.Socket and tls.TLSSocket have it. */
+export interface LinkSocket {
+  on(event: 'connect' | 'secureConnect' | 'close', listener: () => void): unknown;
+  on(event: 'data', listener: (chunk: Buffer) => void): unknown;
+  on(event: 'error', listener: (error: NodeJS.ErrnoException) => void): unknown;
+  once(event: 'connect' | 'close', listener: () => void): unknown;
+  write(data: Buffer): unknown;
+  destroy(): unknown;
+  cork(): void;
+  uncork(): void;
+  readonly writableCorked: number;
+}
+
+/** Opens a link to `address` (resolved; `name` is the host name as given). It emits 'connect' ('secureConnect' with TLS) once usable. */
+export type Dial = (address: { host: string; port: number; name: string }, tlsOptions: tls.ConnectionOptions | undefined) => LinkSocket;
+
+/** TCP, or TLS from the first byte; the certificate is checked against the name we were given. */
+const dialNetwork: Dial = (address, tlsOptions) => {
+  const socket = tlsOptions
+    ? tls.connect({
+        ...tlsOptions,
+        host: address.host,
+        port: address.port,
+        servername: tlsOptions.servername ?? (net.isIP(address.name) ? undefined : address.name),
+        checkServerIdentity: tlsOptions.checkServerIdentity ?? ((_host, cert) => tls.checkServerIdentity(tlsOptions.servername ?? address.name, cert)),
+      })
+    : net.connect({ host: address.host, port: address.port });
+  socket.setNoDelay(true);
+  return socket;
+};
 
 /** A factory for sessions with options the ZkSession seam does not carry (TLS). */
 export function wireSessionFactoryWith(options: WireSessionOptions): ZkSessionFactory {
@@ -81,7 +115,7 @@ export class WireZkSession implements ZkSession {
 
   private state: LinkState = 'connecting';
   lastLinkError: string | undefined;
-  private socket: net.Socket | undefined;
+  private socket: LinkSocket | undefined;
   private frames: FrameReader | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
@@ -93,7 +127,8 @@ export class WireZkSession implements ZkSession {
   private lastReceivedAt = 0;
   private connecting = false;
   private everAttempted = false;
-  private readonly timer: NodeJS.Timeout;
+  private readonly timer: ClockTimer;
+  private readonly clock: Clock;
   /** Credentials the server accepted: sent again on every new link (auth is per connection). */
   private readonly credentials: { scheme: string; auth: Buffer }[] = [];
 
@@ -110,19 +145,20 @@ export class WireZkSession implements ZkSession {
     private readonly events: SessionEvents,
     private readonly options: WireSessionOptions = {},
   ) {
+    this.clock = init.clock ?? systemClock;
     const { hosts, chroot } = parseConnectString(init.connectString);
-    this.hosts = new HostList(hosts);
+    this.hosts = new HostList(hosts, this.clock.random);
     this.chroot = new Chroot(chroot);
     this.requestedTimeoutMs = init.sessionTimeoutMs;
     const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
-    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs));
+    this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs), this.clock);
     if (init.sessionId !== undefined) {
       this.sessionId = BigInt(`0x${init.sessionId}`);
       this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
     }
     const multi: MultiCall = (ops, cb) => this.sendMulti(ops, cb);
     this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
-    this.timer = setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
+    this.timer = this.clock.setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
     void this.connectNext();
   }
 
@@ -173,7 +209,7 @@ export class WireZkSession implements ZkSession {
       for (;;) {
         const delay = this.everAttempted ? this.hosts.delayBeforeNextMs() : 0;
         this.everAttempted = true;
-        if (delay > 0) await new Promise((resolve) => setTimeout(resolve, delay).unref());
+        if (delay > 0) await sleep(this.clock, delay);
         if (this.closed) return;
         try {
           this.open(await this.hosts.next());
@@ -190,21 +226,11 @@ export class WireZkSession implements ZkSession {
   private open(address: { host: string; port: number; name: string }): void {
     if (this.closed) return;
     const { tls: tlsOptions } = this.options;
-    // The address is resolved already; the certificate is checked against the name we were given.
-    const socket = tlsOptions
-      ? tls.connect({
-          ...tlsOptions,
-          host: address.host,
-          port: address.port,
-          servername: tlsOptions.servername ?? (net.isIP(address.name) ? undefined : address.name),
-          checkServerIdentity: tlsOptions.checkServerIdentity ?? ((_host, cert) => tls.checkServerIdentity(tlsOptions.servername ?? address.name, cert)),
-        })
-      : net.connect({ host: address.host, port: address.port });
-    socket.setNoDelay(true);
+    const socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
     this.socket = socket;
     this.frames = new FrameReader(this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
     this.state = 'handshake';
-    this.attemptStartedAt = this.lastReceivedAt = performance.now();
+    this.attemptStartedAt = this.lastReceivedAt = this.clock.now();
     socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
       if (socket !== this.socket) return;
       // Nothing else goes out before the ConnectResponse (a write could provoke a reset that swallows an expiry reply).
@@ -223,7 +249,7 @@ export class WireZkSession implements ZkSession {
       // After the frames read before it (each waits for a macrotask of its own, see received): a
       // server that answers and then closes (an auth failure) is heard out first. Not later than
       // that: the state must say the link is down before the next round of timers runs.
-      if (this.framesQueued > 0) setImmediate(() => socket === this.socket && this.linkDown());
+      if (this.framesQueued > 0) this.clock.setImmediate(() => socket === this.socket && this.linkDown());
       else this.linkDown();
     });
   }
@@ -231,7 +257,7 @@ export class WireZkSession implements ZkSession {
   private write(frame: Buffer): void {
     const socket = this.socket;
     if (!socket) return;
-    this.lastSentAt = performance.now();
+    this.lastSentAt = this.clock.now();
     // The requests of one turn go out together (one syscall, not one per request).
     if (!socket.writableCorked) {
       socket.cork();
@@ -240,16 +266,16 @@ export class WireZkSession implements ZkSession {
     socket.write(frame);
   }
 
-  private received(socket: net.Socket, chunk: Buffer): void {
+  private received(socket: LinkSocket, chunk: Buffer): void {
     if (socket !== this.socket) return;
-    this.lastReceivedAt = performance.now();
+    this.lastReceivedAt = this.clock.now();
     let frames: Buffer[];
     try {
       frames = this.frames!.push(chunk);
     } catch (error) {
       if (!(error instanceof JuteDecodeError)) throw error;
       // Out of sync with the server: nothing more on this link can be trusted (after what came before).
-      setImmediate(() => socket === this.socket && this.linkDown());
+      this.clock.setImmediate(() => socket === this.socket && this.linkDown());
       return;
     }
     // One frame per macrotask, as the C client's binding hands over one reply per callback: what an
@@ -258,14 +284,14 @@ export class WireZkSession implements ZkSession {
     // before the answer to the sync behind it confirms the link.
     for (const frame of frames) {
       this.framesQueued++;
-      setImmediate(() => this.handleFrameOn(socket, frame));
+      this.clock.setImmediate(() => this.handleFrameOn(socket, frame));
     }
   }
 
   /** Frames read and waiting for their macrotask. */
   private framesQueued = 0;
 
-  private handleFrameOn(socket: net.Socket, frame: Buffer): void {
+  private handleFrameOn(socket: LinkSocket, frame: Buffer): void {
     this.framesQueued--;
     if (socket !== this.socket) return; // closed, or dropped by an earlier frame
     try {
@@ -339,7 +365,7 @@ export class WireZkSession implements ZkSession {
       this.write(setWatches);
     }
     // A new session's deadline may start now; a re-attached one's moves only with answers (see NativeZkSession).
-    if (!this.everConnected) this.requests.lastAnsweredSentAt = performance.now();
+    if (!this.everConnected) this.requests.lastAnsweredSentAt = this.clock.now();
     this.requests.newLink();
     this.everConnected = true;
     this.events.onConnected();
@@ -371,7 +397,7 @@ export class WireZkSession implements ZkSession {
   }
 
   private tick(): void {
-    const now = performance.now();
+    const now = this.clock.now();
     if (this.state === 'handshake' && now - this.attemptStartedAt > this.connectTimeoutMs) return this.dropIfStill(this.socket);
     if (this.state !== 'connected') return;
     if (now - this.lastReceivedAt > this.readTimeoutMs) return this.dropIfStill(this.socket);
@@ -385,9 +411,9 @@ export class WireZkSession implements ZkSession {
    * Timers run before the poll phase: after the event loop was blocked, bytes that arrived
    * meanwhile are not read yet. Look again after the poll (setImmediate) before calling the link dead.
    */
-  private dropIfStill(socket: net.Socket | undefined): void {
+  private dropIfStill(socket: LinkSocket | undefined): void {
     const lastReceivedAt = this.lastReceivedAt;
-    setImmediate(() => {
+    this.clock.setImmediate(() => {
       if (socket === this.socket && this.lastReceivedAt === lastReceivedAt) this.linkDown();
     });
   }
@@ -397,7 +423,7 @@ export class WireZkSession implements ZkSession {
     if (this.closed) return;
     this.closed = true;
     this.state = 'closed';
-    clearInterval(this.timer);
+    this.clock.clearInterval(this.timer);
     const socket = this.socket;
     this.socket = undefined;
     socket?.destroy();
@@ -424,7 +450,7 @@ export class WireZkSession implements ZkSession {
     this.closed = true;
     const wasConnected = this.state === 'connected';
     this.state = 'closed';
-    clearInterval(this.timer);
+    this.clock.clearInterval(this.timer);
     const socket = this.socket;
     this.socket = undefined;
     let ended = Promise.resolve();
@@ -432,9 +458,9 @@ export class WireZkSession implements ZkSession {
       // Both stay referenced: a process awaiting close() (a top-level await, a shutdown hook) must
       // not exit before the server has ended the session; the timer bounds that wait.
       ended = new Promise((resolve) => {
-        const giveUp = setTimeout(() => socket.destroy(), 2000);
+        const giveUp = this.clock.setTimeout(() => socket.destroy(), 2000);
         socket.once('close', () => {
-          clearTimeout(giveUp);
+          this.clock.clearTimeout(giveUp);
           resolve();
         });
       });
@@ -693,14 +719,14 @@ export class WireZkSession implements ZkSession {
         }
         this.inFlight++;
         const answered = this.requests.sent(VIA_LEADER.has(operation));
-        const sentAt = performance.now();
+        const sentAt = this.clock.now();
         let settled = false;
         const done = (code: number, value?: unknown) => {
           if (settled) return;
           settled = true;
           this.inFlight--;
           if (code !== ZkCode.OK) drop?.();
-          if (answered(code)) this.adaptWindow(performance.now() - sentAt);
+          if (answered(code)) this.adaptWindow(this.clock.now() - sentAt);
           if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
           else if (code === ZkCode.OK) resolve(value as T);
           else reject(new ZkError(code, operation, path));
