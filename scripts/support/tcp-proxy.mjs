@@ -48,6 +48,8 @@ export class TcpProxy {
   replyBytesPerSecond = 0;
   /** @private @type {(() => void) | undefined} */
   notified;
+  /** Set by holdConnectResponses(): how long the server's first answer on each new connection waits. */
+  connectResponseDelayMs = 0;
 
   /**
    * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
@@ -106,6 +108,12 @@ export class TcpProxy {
     const held = [];
     /** @type {NodeJS.Timeout | undefined} */
     let pumping;
+    // holdConnectResponses(): the connection's first answer (the ConnectResponse) and all after it wait until then.
+    const holdMs = this.connectResponseDelayMs;
+    /** @type {number | undefined} */
+    let heldUntil;
+    /** @type {NodeJS.Timeout | undefined} */
+    let releaseHeld;
     const pump = () => {
       let budget = this.mode === 'slow-replies' ? Math.ceil((this.replyBytesPerSecond * PUMP_MS) / 1000) : this.mode === 'open' ? Infinity : 0;
       while (held.length > 0 && budget > 0) {
@@ -121,6 +129,14 @@ export class TcpProxy {
     upstream.on('data', (chunk) => {
       // Parsed in every mode, to stay in step with the frames.
       const match = replies.endOfFirstNotification(chunk, this.mode === 'blackhole-after-notification' ? this.notificationFilter : undefined);
+      if (holdMs > 0 && this.mode === 'open') {
+        heldUntil ??= performance.now() + holdMs;
+        if (performance.now() < heldUntil) {
+          held.push(chunk);
+          releaseHeld ??= setTimeout(pump, heldUntil - performance.now());
+          return;
+        }
+      }
       if (this.mode === 'slow-replies' || (this.mode === 'open' && held.length > 0)) {
         held.push(chunk);
         pumping ??= setInterval(pump, PUMP_MS);
@@ -134,6 +150,7 @@ export class TcpProxy {
     });
     const close = () => {
       clearInterval(pumping);
+      clearTimeout(releaseHeld);
       client.destroy();
       upstream.destroy();
       this.sockets.delete(client);
@@ -151,6 +168,16 @@ export class TcpProxy {
     };
     client.on('error', closeSide(client)).on('close', closeSide(client));
     upstream.on('error', closeSide(upstream)).on('close', closeSide(upstream));
+  }
+
+  /**
+   * On connections made from now on, the server's first answer (the ConnectResponse: the server
+   * has opened or re-attached the session already) and what follows reach the client `ms` late:
+   * as a client whose event loop stalls right after it sent its ConnectRequest. 0 ends it.
+   * @param {number} ms
+   */
+  holdConnectResponses(ms) {
+    this.connectResponseDelayMs = ms;
   }
 
   /** Drops all connections and refuses new ones until restore(). */
