@@ -713,6 +713,9 @@ export class InMemoryZkSession implements ZkSession {
   get lastAnsweredSentAt(): number {
     return this.state === 'connected' ? performance.now() : this.requests.lastAnsweredSentAt;
   }
+  get deadline(): number {
+    return this.lastAnsweredSentAt + this.timeoutMs;
+  }
   get isClosed(): boolean {
     return this.state === 'closed' || this.abandoned;
   }

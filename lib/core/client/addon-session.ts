@@ -115,15 +115,18 @@ export class NativeZkSession implements ZkSession {
    * the leader. The leader expires the session one timeout after it last heard of it, so this, not
    * the last packet received, bounds how long the session can live: watch events, late replies and
    * a cut-off follower's answers to reads arrive without the leader having heard anything. Pings
-   * are invisible here; the connection sends syncs to keep it fresh. Before the first connect it is
-   * the connect time (see the 'connect' handler).
+   * are invisible here; the connection sends syncs to keep it fresh. Before the first answer it is
+   * when the handle was made (see the 'connect' handler).
    */
   get lastAnsweredSentAt(): number {
     return this.requests.lastAnsweredSentAt;
   }
   private readonly requests: RequestClock;
   private readonly clock: Clock;
-  private everConnected = false;
+
+  get deadline(): number {
+    return this.requests.deadline(this.timeoutMs);
+  }
   /**
    * Watches are set with `watch = true`, i.e. with the handle's default watcher, whose node events
    * the binding emits as 'created' / 'deleted' / 'changed' / 'child' with the path. (The aw_*
@@ -155,12 +158,11 @@ export class NativeZkSession implements ZkSession {
     const multi = this.ops.a_multi?.bind(this.ops);
     this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
     this.native.on('connect', () => {
-      // A new session holds nothing until a request sent after this moment is answered, so its
-      // deadline may start here. A reconnect of the same session proves nothing about when the
-      // server last heard from us: the connection's next request tells.
-      if (!this.everConnected) this.requests.lastAnsweredSentAt = this.clock.now();
+      // The C client wrote its ConnectRequest out of our sight, some time before this: a new
+      // session's deadline counts from the handle's creation (RequestClock's start), a re-attached
+      // one's moves only with answers. Its timeout may be shorter than the last one's.
+      this.requests.negotiated(this.timeoutMs);
       this.requests.newLink();
-      this.everConnected = true;
       events.onConnected();
     });
     this.native.on('connecting', () => events.onConnecting());

@@ -97,6 +97,13 @@ export function reportLagMs(serverTickTimeMs: number, sessionTimeoutMs: number):
  */
 export class RequestClock {
   lastAnsweredSentAt: number;
+  /**
+   * The shortest timeout any handshake of this session negotiated (Infinity before the first): a
+   * server touches the session with its connection's timeout, and the leader's expiry follows the
+   * latest touch, earlier or later (ExpiryQueue.update), so a touch reported late from an older
+   * link with a shorter timeout can bring the expiry forward.
+   */
+  private shortestTimeoutMs = Infinity;
   /** Requests still waiting for their answer, oldest first (a Set keeps insertion order). */
   private readonly pending = new Set<{ sentAt: number; link: number }>();
   /** This link's answered requests: when each answer came, and the newest send time answered by then. */
@@ -109,6 +116,27 @@ export class RequestClock {
     private readonly clock: Clock = systemClock,
   ) {
     this.lastAnsweredSentAt = clock.now();
+  }
+
+  /**
+   * The earliest moment the leader may expire the session: the latest time it surely heard of it
+   * plus the shortest timeout negotiated. Before the first handshake, with `fallbackTimeoutMs`.
+   */
+  deadline(fallbackTimeoutMs: number): number {
+    return this.lastAnsweredSentAt + (this.shortestTimeoutMs === Infinity ? fallbackTimeoutMs : this.shortestTimeoutMs);
+  }
+
+  /**
+   * A handshake was answered with `timeoutMs`. `connectRequestSentAt`, where the client knows it:
+   * when its ConnectRequest went out. The server opened the session (the leader's createSession)
+   * or re-attached it (the leader's revalidation touches it with `timeoutMs`) after that moment,
+   * so the leader heard of the session no sooner; the answer's arrival says nothing more: it may
+   * have waited on a slow link or a stalled event loop. Without it (the C client writes its
+   * ConnectRequest out of our sight) the bound stays what the answers showed.
+   */
+  negotiated(timeoutMs: number, connectRequestSentAt?: number): void {
+    this.shortestTimeoutMs = Math.min(this.shortestTimeoutMs, timeoutMs);
+    if (connectRequestSentAt !== undefined && connectRequestSentAt > this.lastAnsweredSentAt) this.lastAnsweredSentAt = connectRequestSentAt;
   }
 
   /** A new connection to a server: what earlier ones carried says nothing about this one's reports. */

@@ -79,6 +79,11 @@ export interface ZkSession {
    */
   readonly lastAnsweredSentAt: number;
   /**
+   * The earliest moment (clock time) the leader may expire the session: `lastAnsweredSentAt` plus
+   * the shortest timeout any handshake of the session negotiated (see RequestClock.deadline).
+   */
+  readonly deadline: number;
+  /**
    * Ends the session (its ephemeral nodes go with it). May resolve once the server has ended it
    * (the C client's blocks until then instead).
    */

@@ -135,13 +135,13 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * The earliest moment (performance.now()) the server may expire the current session: one
-   * timeout after the send time of the newest request it answered. The session counts as lost a
-   * margin before it (`lossMarginMs`), connected or not, unless a fresher answer moves it.
+   * The earliest moment (clock time) the server may expire the current session: the shortest
+   * timeout it negotiated after the send time of the newest request the leader surely heard of
+   * (see ZkSession.deadline). The session counts as lost a margin before it (`lossMarginMs`),
+   * connected or not, unless a fresher answer moves it.
    */
   get sessionDeadline(): number {
-    const session = this.current;
-    return session ? session.lastAnsweredSentAt + session.timeoutMs : -Infinity;
+    return this.current?.deadline ?? -Infinity;
   }
 
   /**
@@ -305,6 +305,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
             this.connectedSessions.add(session);
             void this.prepareSession(session, isCurrent);
           } else {
+            // Re-attached: the timeout negotiated now may be shorter, so the deadline may be
+            // earlier than the timer was armed for.
+            if (this.connectedSessions.has(session)) this.armDeadline(session);
             // A new link: whatever we learned on the old one is unconfirmed until the server answers
             // on this one, also when the drop itself went unnoticed (the binding can miss it).
             this.suspend(session);

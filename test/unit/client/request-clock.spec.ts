@@ -119,3 +119,38 @@ describe('RequestClock: when the leader last heard of us', () => {
     expect(clock.unansweredForMs()).toBe(60);
   });
 });
+
+describe('RequestClock: the deadline across handshakes', () => {
+  beforeEach(() => {
+    jest.useFakeTimers({ now: 0 });
+  });
+  afterEach(() => {
+    jest.useRealTimers();
+  });
+
+  it('counts a handshake from when its ConnectRequest went out, not from when its answer was read', () => {
+    const clock = new RequestClock(() => 300);
+    const sentAt = performance.now() + 100;
+    jest.advanceTimersByTime(1600); // the answer is read 1.5 s after the request went out
+    clock.negotiated(2000, sentAt);
+    expect(clock.deadline(2000)).toBe(sentAt + 2000);
+  });
+
+  it('takes the shortest timeout any handshake negotiated, and never moves back', () => {
+    const clock = new RequestClock(() => 300);
+    clock.negotiated(8000, 100);
+    expect(clock.deadline(8000)).toBe(8100);
+    clock.negotiated(2000, 50); // a re-attach granted less; its request is no news
+    expect(clock.deadline(2000)).toBe(2100);
+    clock.negotiated(8000, 1000); // a later re-attach granted more again: a touch reported late from the 2 s link may still come
+    expect(clock.deadline(8000)).toBe(3000);
+  });
+
+  it('without a send time (the C client), only the timeout counts', () => {
+    const clock = new RequestClock(() => 300);
+    const created = clock.lastAnsweredSentAt;
+    jest.advanceTimersByTime(5000);
+    clock.negotiated(4000);
+    expect(clock.deadline(4000)).toBe(created + 4000);
+  });
+});

@@ -123,6 +123,8 @@ export class WireZkSession implements ZkSession {
   private pingsOutstanding = 0;
   private setWatchesOutstanding = 0;
   private attemptStartedAt = 0;
+  /** When this link's ConnectRequest went out: the server opened or re-attached the session after it. */
+  private connectRequestSentAt = 0;
   private lastSentAt = 0;
   private lastReceivedAt = 0;
   private connecting = false;
@@ -134,7 +136,6 @@ export class WireZkSession implements ZkSession {
 
   private closed = false;
   private abandoned = false;
-  private everConnected = false;
   private readonly requests: RequestClock;
   private readonly watches = new ClientWatches();
   private readonly serverWatches = new ServerWatches();
@@ -186,6 +187,10 @@ export class WireZkSession implements ZkSession {
     return this.requests.lastAnsweredSentAt;
   }
 
+  get deadline(): number {
+    return this.requests.deadline(this.timeoutMs);
+  }
+
   unansweredForMs(): number {
     return this.requests.unansweredForMs();
   }
@@ -234,6 +239,7 @@ export class WireZkSession implements ZkSession {
     socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
       if (socket !== this.socket) return;
       // Nothing else goes out before the ConnectResponse (a write could provoke a reset that swallows an expiry reply).
+      this.connectRequestSentAt = this.clock.now();
       this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
     });
     socket.on('data', (chunk: Buffer) => this.received(socket, chunk));
@@ -364,10 +370,10 @@ export class WireZkSession implements ZkSession {
       this.setWatchesOutstanding++;
       this.write(setWatches);
     }
-    // A new session's deadline may start now; a re-attached one's moves only with answers (see NativeZkSession).
-    if (!this.everConnected) this.requests.lastAnsweredSentAt = this.clock.now();
+    // The session's clock started (or restarted, with this timeout) after the ConnectRequest went
+    // out, not when its answer was read: that may have waited on a slow link or a stalled loop.
+    this.requests.negotiated(response.timeoutMs, this.connectRequestSentAt);
     this.requests.newLink();
-    this.everConnected = true;
     this.events.onConnected();
   }
 
