@@ -17,6 +17,7 @@ import { setImmediate as immediate, setTimeout as sleep } from 'node:timers/prom
 import { CreateMode, LockEngine, Mutex, ReadWriteLock, SECURE_PARENT_ACL, Semaphore, ZkConnection } from '../dist/index.js';
 import { electionCommands } from './agent-election.mjs';
 import { keyCommands } from './agent-keys.mjs';
+import { bigQueueCommands } from './agent-bigqueue.mjs';
 import { TcpProxy } from '../scripts/support/tcp-proxy.mjs';
 import { mntr, notificationsIn } from './support.mjs';
 
@@ -921,6 +922,7 @@ const election = electionCommands({ engine, ensurePath });
 const handlers = {
   ...election,
   ...keyCommands({ engine, ensurePath }),
+  ...bigQueueCommands({ openConnection, ensurePath }),
   run: timedRun,
   warmKeys,
   queue: queueRun,

@@ -308,6 +308,24 @@ export function report(results) {
     }
   }
 
+  if (results.bigQueue) {
+    console.log('\nBig queue: two contenders (a session each) hand one lock over, with a crowd of another session\'s nodes queued behind them');
+    const rows = Object.entries(results.bigQueue).map(([waiters, q]) => [
+      Number(waiters).toLocaleString('en'),
+      fmt.mb(q.listingBytes),
+      fmt.ms(q.handoffP50),
+      fmt.ms(q.handoffP99),
+      fmt.ms(q.enqueueP50),
+      String(q.linkChanges),
+      `${q.check} (${q.samples})`,
+    ]);
+    printTable(['waiters', 'listing', 'handoff p50 ms', 'handoff p99 ms', 'queue (create + listing) p50 ms', 'link changes', 'check (samples)'], rows, ['r', 'r', 'r', 'r', 'r', 'r', '']);
+    console.log(
+      "handoff: the next holder's acquire() resolving − the holder's release() call (same process, its own session): it waits on the holder's " +
+        'node, so no listing is on that path. queue: from acquire() to its contended event, its create and the listing of the whole queue.',
+    );
+  }
+
   reportRatios(results);
 
   for (const [client, scale] of Object.entries(results.scale ?? {})) {

@@ -1,7 +1,7 @@
 // Benchmarks of nestjs-zk-lock against the locks users would pick instead, side by side in one run.
 //
 //   npm run build && node bench/run.mjs [--quick] [--churn-seconds N] [--rounds N] [--round-ms N]
-//                                      [--only w1,w2,w3,w4,w5,leader,auth,sem,rw,scale,close,churn,keychurn,app]
+//                                      [--only w1,w2,w3,w4,w5,bigqueue,leader,auth,sem,rw,scale,close,churn,keychurn,app]
 //                                      [--profile] [--ensemble] [--no-curator] [--no-redis] [--no-addon]
 //   (`npm run bench -- --quick` runs it)
 //
@@ -28,6 +28,9 @@
 //   W3  contended across processes: 4 processes × 4 workers (Curator: 4 JVMs × 4 threads)
 //   W4  queue: 2/8/64 waiters (one session each), 5 ms hold: handoff latency, watch
 //       notifications and requests per release (server mntr counters)
+//   bigqueue  a lock with 10, 1 000 and 100 000 waiters (another session's nodes queued behind):
+//       two contenders hand it over, each acquire listing the whole queue (~5.9 MB at 100 000);
+//       handoff p50/p99, the time to queue (create + listing), and no link change (bigqueue.mjs)
 //   W5  many keys: 16 callers over 10 000 keys (random), 1 process and 4, after a warm-up that
 //       uses every key twice in each process (both passes reported on their own); peer: raw
 //       create+delete with 64 outstanding; for context the same three requests a lock of this layout
@@ -54,7 +57,7 @@
 // Results: a table on stdout and bench/results/<date>.json.
 //
 // The parts: options.mjs (this command line), timed.mjs (one timed round of a peer),
-// workloads.mjs (each workload of a run), app.mjs (the sample app), election.mjs (leadership handover; its agent side is
+// workloads.mjs (each workload of a run), bigqueue.mjs (a crowded lock; agent-bigqueue.mjs), app.mjs (the sample app), election.mjs (leadership handover; its agent side is
 // agent-election.mjs), keys.mjs (key churn; agent-keys.mjs), report.mjs (the tables), support.mjs (servers, agents,
 // statistics); scripts/support/zookeeper.mjs (the ZooKeeper runner, shared with the tests).
 import { spawnSync } from 'node:child_process';
@@ -66,6 +69,7 @@ import { fmt, report } from './report.mjs';
 import { BENCH_DIR, prepareCurator, startRedis, withZooKeeper } from './support.mjs';
 import { runLeadership } from './election.mjs';
 import { runKeyChurn } from './keys.mjs';
+import { runBigQueue } from './bigqueue.mjs';
 import { runApp } from './app.mjs';
 import { runAlternatingRounds, runChurn, runCloseBlock, runProfiles, runQueue, runRecipes, runScale, startAgents } from './workloads.mjs';
 
@@ -112,6 +116,7 @@ async function main() {
       const started = await startAgents(ctx, curatorArgs);
       await runAlternatingRounds(ctx, started);
       await runQueue(ctx, started.main);
+      await runBigQueue(ctx);
       await runLeadership(ctx, started);
       await runRecipes(ctx, started.main);
       await runCloseBlock(ctx, started);

@@ -9,7 +9,7 @@ import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { ZkTlsOptions } from './core/connection/connection-options.js';
-import { ZkConnectError } from './core/errors.js';
+import { ReplyTooLargeError, ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
 import { ZkConnection } from './core/connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './core/client/zk-error.js';
@@ -42,6 +42,8 @@ Options:
   --tls-ca <file>             TLS to the ensemble's secureClientPort, trusting this CA (PEM)
   --tls-cert <file>           with --tls-key: a client certificate (PEM), for mutual TLS
   --tls-key <file>            the client certificate's private key (PEM)
+  --max-reply-bytes <n>       the largest reply read (default 16 MiB; a listing of 100 000
+                              waiters is about 6 MB)
   --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
   --older-than <ms>           locks: mark holders whose node is older than this (SINCE*): after
                               an outage longer than the session timeout, a restarted ZooKeeper
@@ -102,6 +104,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       sessionTimeoutMs: 10_000,
       auth: options.auth === undefined ? undefined : { credentials: options.auth },
       tls: options.tls,
+      maxReplyBytes: options.maxReplyBytes,
     });
   } catch (error) {
     io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
@@ -126,6 +129,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     }
     if (error instanceof ZkError && error.codeName === 'NOAUTH') {
       io.err(`nestjs-zk-lock: not allowed (NOAUTH): the lock's nodes belong to other credentials; pass them with --auth\n`);
+      return EXIT_USAGE;
+    }
+    if (error instanceof ReplyTooLargeError) {
+      io.err(`nestjs-zk-lock: ${error.message} (--max-reply-bytes)\n`);
       return EXIT_USAGE;
     }
     if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
@@ -160,6 +167,7 @@ function parse(argv: readonly string[]) {
       'tls-ca': { type: 'string' },
       'tls-cert': { type: 'string' },
       'tls-key': { type: 'string' },
+      'max-reply-bytes': { type: 'string' },
       wait: { type: 'string' },
       'older-than': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -179,6 +187,7 @@ interface Options {
   timeoutMs: number;
   auth: string | undefined;
   tls: ZkTlsOptions | undefined;
+  maxReplyBytes: number | undefined;
   waitMs: number;
   olderThanMs: number | undefined;
 }
@@ -210,6 +219,7 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     timeoutMs: integer(args.values.timeout, '--timeout', 5000, 1),
     auth: args.values.auth ?? (env.ZK_AUTH || undefined),
     tls: tlsOptions(args.values['tls-ca'], args.values['tls-cert'], args.values['tls-key']),
+    maxReplyBytes: args.values['max-reply-bytes'] === undefined ? undefined : integer(args.values['max-reply-bytes'], '--max-reply-bytes', 0, 1),
     waitMs: integer(args.values.wait, '--wait', 1000, 0),
     olderThanMs: args.values['older-than'] === undefined ? undefined : integer(args.values['older-than'], '--older-than', 0, 0),
   };

@@ -44,6 +44,26 @@ export class ZkConnectError extends ZkLockError {
   }
 }
 
+/**
+ * ZooKeeper's reply to one request (a lock's queue listing, say) is larger than the client accepts
+ * (`maxReplyBytes`). Only that request fails: the reply is skipped unread and the connection and
+ * its session live on. Raise `maxReplyBytes` in the connection options to read it.
+ */
+export class ReplyTooLargeError extends ZkLockError {
+  constructor(
+    readonly operation: string,
+    readonly path: string | undefined,
+    /** The reply's length in bytes (its frame, without the 4-byte length prefix), where known. */
+    readonly replyBytes: number | undefined,
+    readonly maxReplyBytes: number,
+  ) {
+    super(
+      `ZooKeeper's reply to ${operation}${path === undefined ? '' : ` ${path}`} is ${replyBytes === undefined ? 'larger than' : `${replyBytes} bytes, over`} ` +
+        `the client's limit of ${maxReplyBytes} bytes: raise the connection option maxReplyBytes to read it`,
+    );
+  }
+}
+
 /** The connection was closed (module shutdown) while an operation needed it. */
 export class ConnectionClosedError extends ZkLockError {
   constructor(detail = 'the ZooKeeper connection is closed') {

@@ -258,6 +258,8 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     expect(halfTls).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-cert and --tls-key go together/) });
     const missingCa = await runCli(['locks', '--connect', zkConnectString(), '--tls-ca', '/nonexistent/ca.pem']);
     expect(missingCa).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-ca: cannot read "\/nonexistent\/ca.pem" \(ENOENT\)/) });
+    const tinyReplies = await runCli(['locks', '--connect', zkConnectString(), '--max-reply-bytes', '1000']);
+    expect(tinyReplies).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "maxReplyBytes": expected an integer from 1048575/) });
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: nestjs-zk-lock locks/);

@@ -126,6 +126,17 @@ describe('ZkLockModule at startup', () => {
     await expect(httpApp({ connection: connecting }, logger)).rejects.toMatchObject({ name: 'InvalidOptionError', option: 'connection' });
   });
 
+  it('passes maxReplyBytes to its connection, and refuses a bad one before connecting', async () => {
+    const { logger } = capturingLogger();
+    const { app } = await httpApp({ connectString: zkConnectString(), maxReplyBytes: 64 * 1024 * 1024 }, logger);
+    try {
+      expect(app.get(ZkConnection).options.maxReplyBytes).toBe(64 * 1024 * 1024);
+    } finally {
+      await app.close();
+    }
+    await expect(httpApp({ connectString: zkConnectString(), maxReplyBytes: 1000 }, logger)).rejects.toMatchObject({ name: 'InvalidOptionError', option: 'maxReplyBytes' });
+  });
+
   it('rejects a waitForConnection that is not a boolean before connecting', async () => {
     const { logger } = capturingLogger();
     const options = { connectString: zkConnectString(), waitForConnection: 'no' } as unknown as ZkLockModuleOptions;

@@ -13,6 +13,7 @@ const CODE_NAMES: Record<number, string> = {
   [-14]: 'RECONFIGINPROGRESS',
   [-15]: 'SSLCONNECTIONERROR',
   [-1000]: 'NOTAPPLIED',
+  [-1001]: 'REPLYTOOLARGE',
   [-100]: 'APIERROR',
   [-101]: 'NONODE',
   [-102]: 'NOAUTH',
@@ -47,6 +48,11 @@ export const ZkCode = {
    * multi request failed (see WriteBatcher); its caller sends it again.
    */
   NOT_APPLIED: -1000,
+  /**
+   * Ours, not ZooKeeper's: the server answered, but its reply was over the client's maxReplyBytes
+   * and was skipped unread (the request rejects with ReplyTooLargeError; the link lives on).
+   */
+  REPLY_TOO_LARGE: -1001,
   CONNECTIONLOSS: -4,
   OPERATIONTIMEOUT: -7,
   BADARGUMENTS: -8,

@@ -2,6 +2,7 @@ import type { ConnectionOptions as NodeTlsOptions } from 'node:tls';
 import { InvalidOptionError } from '../errors.js';
 import { describe, positiveInteger } from '../validation.js';
 import { validateZkPath } from '../paths.js';
+import { DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, FRAME_LENGTH_CAP } from '../client/wire/frames.js';
 
 /** Digest (or other scheme) credentials, sent with addAuth on every session. */
 export interface ZkAuth {
@@ -38,6 +39,14 @@ export interface ZkConnectionOptions {
    * `addon`, the C client of the optional `zookeeper` package (see docs/zookeeper-client.md).
    */
   client?: ZkClientKind;
+  /**
+   * The largest reply the TypeScript client reads, in bytes. A larger one (a lock's queue listing
+   * with hundreds of thousands of waiters) is skipped and fails only its request, with
+   * `ReplyTooLargeError`; the connection and the session live on. Default 16 MiB (a lock with
+   * 100 000 waiters lists about 6 MB); from 0xfffff (ZooKeeper's default jute.maxbuffer) to 1 GiB.
+   * Not with `client: 'addon'` (the C client reads replies of any size).
+   */
+  maxReplyBytes?: number;
 }
 
 /** @publicApi */
@@ -57,6 +66,7 @@ export interface ResolvedConnectionOptions {
   serverTickTimeMs: number;
   tls: ZkTlsOptions | undefined;
   client: ZkClientKind;
+  maxReplyBytes: number;
 }
 
 export const CONNECTION_DEFAULTS = { sessionTimeoutMs: 15_000, connectTimeoutMs: 15_000, serverTickTimeMs: 2000 } as const;
@@ -127,6 +137,11 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
   if (tls !== undefined && client === 'addon') {
     throw new InvalidOptionError('tls', 'the zookeeper addon (client: "addon") has no TLS; use the default client');
   }
+  // Not below what the server reads: every reply to a write we send fits in it.
+  const maxReplyBytes = positiveInteger(options.maxReplyBytes, 'maxReplyBytes', DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH_CAP);
+  if (options.maxReplyBytes !== undefined && client === 'addon') {
+    throw new InvalidOptionError('maxReplyBytes', 'the zookeeper addon (client: "addon") reads replies of any size and cannot apply a limit; use the default client');
+  }
 
   return {
     connectString: hosts.join(','),
@@ -138,5 +153,6 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
     serverTickTimeMs,
     tls,
     client,
+    maxReplyBytes,
   };
 }

@@ -3,7 +3,7 @@ import { ConnectionClosedError, ZkConnectError } from '../errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { nativeSessionFactory } from '../client/addon-session.js';
 import { type ZkSession, type ZkSessionFactory } from '../client/session.js';
-import { wireSessionFactory, wireSessionFactoryWith } from '../client/wire/session.js';
+import { wireSessionFactoryWith } from '../client/wire/session.js';
 import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
@@ -99,8 +99,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   ) {
     super();
     this.options = resolveConnectionOptions(options);
-    const { client, tls } = this.options;
-    this.openWith = openWith ?? (client === 'addon' ? nativeSessionFactory : tls ? wireSessionFactoryWith({ tls }) : wireSessionFactory);
+    const { client, tls, maxReplyBytes } = this.options;
+    this.openWith = openWith ?? (client === 'addon' ? nativeSessionFactory : wireSessionFactoryWith({ tls, maxReplyBytes }));
     // Lock recipes add one listener per held lease; do not warn about "leaks" at 11.
     this.setMaxListeners(0);
   }

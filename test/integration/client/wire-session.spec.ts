@@ -10,9 +10,10 @@ import tls from 'node:tls';
 import { randomUUID } from 'node:crypto';
 import { ZkError } from '../../../lib/core/client/zk-error.js';
 import { CreateMode, type ZkSession } from '../../../lib/core/client/session.js';
-import { FrameReader } from '../../../lib/core/client/wire/frames.js';
+import { DEFAULT_MAX_REPLY_BYTES, FRAME_LENGTH_CAP, FrameReader } from '../../../lib/core/client/wire/frames.js';
+import { ReplyTooLargeError } from '../../../lib/core/errors.js';
 import { JuteReader, JuteWriter } from '../../../lib/core/client/wire/jute.js';
-import { WireZkSession, wireSessionFactoryWith } from '../../../lib/core/client/wire/session.js';
+import { WireZkSession, wireSessionFactoryWith, type WireSessionOptions } from '../../../lib/core/client/wire/session.js';
 import { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
 import { eventually, nextEvent, TEST_SERVER_TICK_MS, zkConnectString } from '../../support/helpers.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';
@@ -33,9 +34,9 @@ async function failure(promise: Promise<unknown>): Promise<ZkError> {
 }
 
 const opened: ZkSession[] = [];
-function open(connectString: string, sessionTimeoutMs = 4000, init: { sessionId?: string; sessionPassword?: string } = {}) {
+function open(connectString: string, sessionTimeoutMs = 4000, init: { sessionId?: string; sessionPassword?: string } = {}, options: WireSessionOptions = {}) {
   const events = recordingEvents();
-  const session = new WireZkSession({ connectString, sessionTimeoutMs, ...init }, events);
+  const session = new WireZkSession({ connectString, sessionTimeoutMs, ...init }, events, options);
   opened.push(session);
   return { session, events };
 }
@@ -273,6 +274,11 @@ function reply(xid: number, body: Buffer = EMPTY, err = 0): Buffer {
   return rawFrame(header.length + body.length, Buffer.concat([header, body]));
 }
 
+/** The start of a frame one byte over the default reply limit: its header (xid, zxid 5, OK) and a little of its body. */
+function overLimit(xid: number): Buffer {
+  return rawFrame(DEFAULT_MAX_REPLY_BYTES + 1, Buffer.concat([new JuteWriter().int(xid).long(5n).int(0).frame().subarray(4), Buffer.alloc(64)]));
+}
+
 /** A raw length prefix and whatever bytes follow it. */
 function rawFrame(length: number, bytes: Buffer = EMPTY): Buffer {
   const prefix = Buffer.alloc(4);
@@ -341,7 +347,11 @@ describe('WireZkSession against bad bytes from the network', () => {
   const cases: [string, Misbehaviour, number?][] = [
     ['a truncated frame, then a close', (s) => s.end(rawFrame(100, Buffer.alloc(10)))],
     ['a truncated frame, then silence (read timeout)', (s) => s.write(rawFrame(100, Buffer.alloc(10)))],
-    ['a length over 1 MiB', (s) => s.write(rawFrame(0x100000, Buffer.alloc(64)))],
+    ['a length over the cap of 1 GiB', (s) => s.write(rawFrame(FRAME_LENGTH_CAP + 1, Buffer.alloc(64)))],
+    // Over the reply limit, each cannot be skipped: nothing awaits it, or what it says would be lost.
+    ['a frame over the reply limit with an xid not awaited', (s) => s.write(overLimit(999))],
+    ['a watch event over the reply limit', (s) => s.write(overLimit(-1))],
+    ['a ping reply over the reply limit', (s) => s.write(overLimit(-2))],
     ['a negative length', (s) => s.write(rawFrame(-5, Buffer.alloc(64)))],
     ['an unknown xid', (s) => s.write(reply(999, STAT))],
     ['replies out of order', (s, requests) => s.write(Buffer.concat([reply(requests[1]!.xid, STAT), reply(requests[0]!.xid, STAT)])), 2],
@@ -373,6 +383,39 @@ describe('WireZkSession against bad bytes from the network', () => {
       expect(server.connections).toBeGreaterThanOrEqual(2);
       expect(events).toMatchObject({ connected: 2, connecting: 1, closed: [] });
       expect(await session.exists('/fine')).toMatchObject({ czxid: 1, version: 0 });
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a reply over the limit fails only its request, in order with the replies around it; the link stays', async () => {
+    const LIMIT = 4096;
+    const body = new JuteWriter().vector(Array.from({ length: 100 }, (_, i) => `child-${i}`.padEnd(60, 'x')), (w, name) => w.ustring(name)).frame().subarray(4);
+    // The fake server answers its first connection's requests only here, all in one write.
+    const server = await fakeServer(
+      (s, [first, second, third, fourth]) =>
+        s.write(Buffer.concat([reply(first!.xid, STAT), reply(second!.xid, Buffer.concat([body, STAT])), reply(third!.xid, STAT), reply(fourth!.xid, STAT)])),
+      4,
+    );
+    try {
+      const { session, events } = open(server.connectString, 3000, {}, { maxReplyBytes: LIMIT });
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      const order: string[] = [];
+      const first = session.exists('/first').then(() => order.push('first'));
+      const listing = session.getChildren('/big').catch((error: unknown) => (order.push('listing'), error));
+      const third = session.exists('/third').then(() => order.push('third'));
+      const fourth = session.exists('/fourth');
+      fourth.catch(() => undefined); // awaited below
+      const [, error] = await Promise.all([first, listing, third]);
+      expect(order).toEqual(['first', 'listing', 'third']);
+      expect(error).toBeInstanceOf(ReplyTooLargeError);
+      expect(error).toMatchObject({ operation: 'getChildren', path: '/big', replyBytes: 16 + body.length + STAT.length, maxReplyBytes: LIMIT });
+      expect((error as Error).message).toContain('maxReplyBytes');
+      // The same link goes on: no reconnect.
+      expect(await fourth).toMatchObject({ czxid: 1 });
+      expect(session.isConnectedNatively).toBe(true);
+      expect(server.connections).toBe(1);
+      expect(events).toMatchObject({ connected: 1, connecting: 0, closed: [] });
     } finally {
       await server.close();
     }

@@ -24,6 +24,7 @@ describe('resolveConnectionOptions', () => {
       serverTickTimeMs: 2000,
       tls: undefined,
       client: 'typescript',
+      maxReplyBytes: 16 * 1024 * 1024,
     });
   });
 
@@ -55,10 +56,20 @@ describe('resolveConnectionOptions', () => {
     [{ connectString: 'zk1:2181', tls: true }, 'tls'],
     [{ connectString: 'zk1:2181', tls: 'ca.pem' }, 'tls'],
     [{ connectString: 'zk1:2181', tls: { ca: 'x' }, client: 'addon' }, 'tls'],
+    [{ connectString: 'zk1:2181', maxReplyBytes: 0xffffe }, 'maxReplyBytes'],
+    [{ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 + 1 }, 'maxReplyBytes'],
+    [{ connectString: 'zk1:2181', maxReplyBytes: 2.5e6 + 0.5 }, 'maxReplyBytes'],
+    [{ connectString: 'zk1:2181', maxReplyBytes: '16MiB' }, 'maxReplyBytes'],
+    [{ connectString: 'zk1:2181', maxReplyBytes: 32 * 1024 * 1024, client: 'addon' }, 'maxReplyBytes'],
   ])('rejects %j naming %s', (options, option) => {
     const error = optionError(options);
     expect(error.option).toBe(option);
     expect(error.message).toContain(`"${option}"`);
+  });
+
+  it('takes maxReplyBytes from 0xfffff to 1 GiB', () => {
+    expect(resolveConnectionOptions({ connectString: 'zk1:2181', maxReplyBytes: 0xfffff }).maxReplyBytes).toBe(0xfffff);
+    expect(resolveConnectionOptions({ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 }).maxReplyBytes).toBe(2 ** 30);
   });
 
   it('never puts credentials in an error message', () => {

@@ -7,7 +7,7 @@ import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, Reque
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
 import { Fifo } from '../fifo.js';
-import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from './frames.js';
+import { DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, FrameReader } from './frames.js';
 import { Chroot, HostList, isValidPath, parseConnectString } from './hosts.js';
 import { JuteDecodeError, JuteReader, type JuteWriter } from './jute.js';
 import {
@@ -31,6 +31,7 @@ import {
 } from './records.js';
 import { ServerWatches } from './server-watches.js';
 import { sleep, systemClock, type Clock, type ClockTimer } from '../../clock.js';
+import { ReplyTooLargeError } from '../../errors.js';
 
 export const wireSessionFactory: ZkSessionFactory = (init, events) => new WireZkSession(init, events);
 
@@ -41,8 +42,12 @@ export interface WireSessionOptions {
    * connect string (or its IP). A TLS failure counts as a failed host.
    */
   tls?: tls.ConnectionOptions;
-  /** The largest reply accepted, as the server's jute.maxbuffer (default 0xfffff): a larger one drops the link. */
-  maxFrameBytes?: number;
+  /**
+   * The largest reply read (default DEFAULT_MAX_REPLY_BYTES, 16 MiB): a larger one is skipped unread
+   * and fails its request with ReplyTooLargeError; the link lives on. Requests we send stay within
+   * the server's default jute.maxbuffer (0xfffff) whatever this says.
+   */
+  maxReplyBytes?: number;
   /** Opens the link to one server (default: TCP, or TLS with `tls`); the simulation's links in test/simulation/. */
   dial?: Dial;
 }
@@ -102,6 +107,14 @@ interface AwaitedReply {
 
 type LinkState = 'connecting' | 'handshake' | 'connected' | 'closed';
 
+/** A frame over maxReplyBytes: its reply header, the rest skipped unread (see FrameReader). */
+interface SkippedReply {
+  header: Buffer;
+  length: number;
+}
+/** xid, zxid, err. */
+const REPLY_HEADER_BYTES = 16;
+
 export class WireZkSession implements ZkSession {
   private readonly hosts: HostList;
   private readonly chroot: Chroot;
@@ -116,7 +129,7 @@ export class WireZkSession implements ZkSession {
   private state: LinkState = 'connecting';
   lastLinkError: string | undefined;
   private socket: LinkSocket | undefined;
-  private frames: FrameReader | undefined;
+  private frames: FrameReader<SkippedReply> | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
   private authWaiters: ((code: number) => void)[] = [];
@@ -233,7 +246,7 @@ export class WireZkSession implements ZkSession {
     const { tls: tlsOptions } = this.options;
     const socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
     this.socket = socket;
-    this.frames = new FrameReader(this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
+    this.frames = new FrameReader(this.maxReplyBytes, { headerBytes: REPLY_HEADER_BYTES, mark: (header, length): SkippedReply => ({ header, length }) });
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = this.clock.now();
     socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
@@ -275,7 +288,7 @@ export class WireZkSession implements ZkSession {
   private received(socket: LinkSocket, chunk: Buffer): void {
     if (socket !== this.socket) return;
     this.lastReceivedAt = this.clock.now();
-    let frames: Buffer[];
+    let frames: (Buffer | SkippedReply)[];
     try {
       frames = this.frames!.push(chunk);
     } catch (error) {
@@ -297,11 +310,12 @@ export class WireZkSession implements ZkSession {
   /** Frames read and waiting for their macrotask. */
   private framesQueued = 0;
 
-  private handleFrameOn(socket: LinkSocket, frame: Buffer): void {
+  private handleFrameOn(socket: LinkSocket, frame: Buffer | SkippedReply): void {
     this.framesQueued--;
     if (socket !== this.socket) return; // closed, or dropped by an earlier frame
     try {
-      this.handleFrame(frame);
+      if (Buffer.isBuffer(frame)) this.handleFrame(frame);
+      else this.skippedReply(frame);
     } catch (error) {
       if (!(error instanceof JuteDecodeError)) throw error;
       if (socket === this.socket) this.linkDown();
@@ -348,6 +362,25 @@ export class WireZkSession implements ZkSession {
       throw error;
     }
     awaited.done(ZkCode.OK, value);
+  }
+
+  private get maxReplyBytes(): number {
+    return this.options.maxReplyBytes ?? DEFAULT_MAX_REPLY_BYTES;
+  }
+
+  /**
+   * A reply over maxReplyBytes (its body skipped unread) fails only its request. Any other frame
+   * that large (an event, a ping or auth answer, an xid we do not await) cannot be skipped without
+   * losing what it says: the link goes.
+   */
+  private skippedReply({ header: bytes, length }: SkippedReply): void {
+    if (this.state !== 'connected') throw new JuteDecodeError(`a frame of ${length} bytes before the handshake ended`);
+    const header = decodeReplyHeader(new JuteReader(bytes));
+    const awaited = this.replies.peek();
+    if (!awaited || awaited.xid !== header.xid) throw new JuteDecodeError(`a frame of ${length} bytes with xid ${header.xid}, expected ${awaited?.xid ?? 'none'}`);
+    this.replies.shift();
+    if (header.zxid > 0n) this.lastZxid = header.zxid;
+    awaited.done(ZkCode.REPLY_TOO_LARGE, length);
   }
 
   private handshake(frame: Buffer): void {
@@ -735,6 +768,7 @@ export class WireZkSession implements ZkSession {
           if (answered(code)) this.adaptWindow(this.clock.now() - sentAt);
           if (this.abandoned) reject(new ZkError(ZkCode.SESSIONEXPIRED, operation, path));
           else if (code === ZkCode.OK) resolve(value as T);
+          else if (code === ZkCode.REPLY_TOO_LARGE) reject(new ReplyTooLargeError(operation, path, typeof value === 'number' ? value : undefined, this.maxReplyBytes));
           else reject(new ZkError(code, operation, path));
           this.dispatchBacklog();
         };

@@ -1,4 +1,4 @@
-import { DEFAULT_MAX_FRAME_BYTES, FrameReader } from '../../../../lib/core/client/wire/frames.js';
+import { DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH_CAP, FrameReader } from '../../../../lib/core/client/wire/frames.js';
 import { JuteDecodeError, JuteReader, JuteWriter } from '../../../../lib/core/client/wire/jute.js';
 import { decodeReplyHeader, decodeStat, decodeWatcherEvent, readAcl, readMultiResults } from '../../../../lib/core/client/wire/records.js';
 import { seededRun } from '../../../support/prng.js';
@@ -40,6 +40,59 @@ describe('FrameReader', () => {
     }
     expect(new FrameReader(10).push(frameOf(Buffer.alloc(10)))).toHaveLength(1);
     expect(() => new FrameReader(10).push(frameOf(Buffer.alloc(11)))).toThrow(JuteDecodeError);
+  });
+});
+
+describe('FrameReader over its limit, skipping', () => {
+  const LIMIT = 64;
+  const skipper = () => new FrameReader(LIMIT, { headerBytes: 4, mark: (header, length) => ({ header: header.toString(), length }) });
+  const big = Buffer.concat([Buffer.from('HEAD'), Buffer.alloc(10_000, 7)]);
+
+  it('hands over the header of an oversized frame, in order with the frames around it, whatever the chunks', () => {
+    const stream = Buffer.concat([frameOf(Buffer.from('before')), frameOf(big), frameOf(Buffer.from('after'))]);
+    // 1 and 3 split the length and the header across chunks; 4096 carries the body over a few and
+    // the frame after it in the same chunk as the body's end; the whole stream is one chunk.
+    for (const step of [1, 3, 4096, stream.length]) {
+      const reader = skipper();
+      const got: unknown[] = [];
+      let mostPending = 0;
+      for (let at = 0; at < stream.length; at += step) {
+        got.push(...reader.push(stream.subarray(at, at + step)));
+        mostPending = Math.max(mostPending, reader.pending);
+      }
+      expect(got).toEqual([Buffer.from('before'), { header: 'HEAD', length: big.length }, Buffer.from('after')]);
+      expect(reader.pending).toBe(0);
+      expect(reader.skipping).toBe(0);
+      // The body is counted off, never kept: at most one chunk is held.
+      expect(mostPending).toBeLessThanOrEqual(Math.max(step, LIMIT + 4));
+    }
+  });
+
+  it('counts a body off across many chunks and cuts the frame after it out of the chunk that ends it', () => {
+    const reader = skipper();
+    const frame = frameOf(big);
+    expect(reader.push(frame.subarray(0, 6))).toEqual([]); // the length and half the header
+    expect(reader.push(frame.subarray(6, 100))).toEqual([{ header: 'HEAD', length: big.length }]);
+    expect(reader.skipping).toBe(big.length - 4 - 92);
+    for (let at = 100; at < frame.length - 10; at += 1000) expect(reader.push(frame.subarray(at, Math.min(at + 1000, frame.length - 10)))).toEqual([]);
+    expect(reader.skipping).toBe(10);
+    expect(reader.pending).toBe(0);
+    expect(reader.push(Buffer.concat([frame.subarray(frame.length - 10), frameOf(Buffer.from('next'))]))).toEqual([Buffer.from('next')]);
+    expect(reader.skipping).toBe(0);
+  });
+
+  it('still refuses a negative length and one above the cap, and stays broken', () => {
+    for (const length of [-1, -0x7fffffff, FRAME_LENGTH_CAP + 1, 0x7fffffff]) {
+      const reader = skipper();
+      const header = Buffer.alloc(4);
+      header.writeInt32BE(length);
+      expect(() => reader.push(Buffer.concat([header, Buffer.from('HEAD')]))).toThrow(JuteDecodeError);
+      expect(() => reader.push(frameOf(Buffer.from('ok')))).toThrow(JuteDecodeError);
+    }
+    const atCap = Buffer.alloc(8);
+    atCap.writeInt32BE(FRAME_LENGTH_CAP);
+    atCap.write('HEAD', 4);
+    expect(skipper().push(atCap)).toEqual([{ header: 'HEAD', length: FRAME_LENGTH_CAP }]);
   });
 });
 
