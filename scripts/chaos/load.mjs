@@ -13,7 +13,8 @@
 // - pause:    SIGSTOP of one instance for 2 s more than its session timeout (15 s), then SIGCONT.
 // Per fault it prints: the stall (the longest time without a sale, from the last sale before the
 // fault), the time until sales run at half the rate of the 5 s before the fault again, the answers
-// by status from the fault to 10 s after it ended (SIGCONT for a pause), process exits, and the event's oversold seats and lost
+// by status from the fault to 10 s after it ended (SIGCONT for a pause), those answered in the fault's first second (waits
+// started before it included), process exits, and the event's oversold seats and lost
 // updates (201 answers that the database does not count; sales whose answer the buyer never got, as
 // when its request waited on a SIGSTOPped instance, are listed apart). Exit code 0 when no instance died and
 // nothing was oversold or lost, 1 otherwise, 2 when the run itself failed.
@@ -148,10 +149,14 @@ function measure(fault, { at, endAt = at, detail }, id) {
     }
   }
   const byStatus = {};
-  for (const [start, , status, ofEvent] of answers) {
+  // The answers that came in the fault's first second, waits that started before it included (the
+  // ones whose waitMs ran out during a leader election): what a buyer saw at the fault.
+  const firstSecond = {};
+  for (const [start, end, status, ofEvent] of answers) {
     if (ofEvent === id && start >= at && start < windowEnd) byStatus[status] = (byStatus[status] ?? 0) + 1;
+    if (ofEvent === id && end >= at && end < at + 1000) firstSecond[status] = (firstSecond[status] ?? 0) + 1;
   }
-  return { fault, detail, eventId: id, baselinePerS: Math.round(baseline), stallMs, normalMs, byStatus };
+  return { fault, detail, eventId: id, baselinePerS: Math.round(baseline), stallMs, normalMs, byStatus, firstSecond };
 }
 
 /** After the load stopped: each fault's event against the answers (201s the database does not count are lost updates). */
@@ -197,7 +202,7 @@ async function main() {
       const result = { ...measure(fault, injected, id), exits: exits.slice(exitsBefore) };
       results.push(/** @type {FaultResult} */ (result)); // countSales() fills in the rest
       log(`${fault} (${result.detail}): stall ${result.stallMs} ms, normal after ${result.normalMs ?? 'never'} ms, ` +
-        `answers ${JSON.stringify(result.byStatus)}, exits ${result.exits.length}`);
+        `answers ${JSON.stringify(result.byStatus)} (in its first second ${JSON.stringify(result.firstSecond)}), exits ${result.exits.length}`);
       if (exits.length) break;
     }
     if (exits.length) break;
@@ -209,10 +214,10 @@ async function main() {
 }
 
 function table(results) {
-  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to its end + 10 s', 'exits', 'oversold', 'lost updates', 'sold, answer lost']];
+  const rows = [['fault', 'detail', 'sales/s before', 'stall ms', 'normal after ms', 'answers from the fault to its end + 10 s', 'answered in its first second', 'exits', 'oversold', 'lost updates', 'sold, answer lost']];
+  const statuses = (counts) => Object.entries(counts).map(([s, n]) => `${s}: ${n}`).join(', ');
   for (const r of results) {
-    const answersText = Object.entries(r.byStatus).map(([s, n]) => `${s}: ${n}`).join(', ');
-    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? 'never', answersText, r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates, r.unanswered]);
+    rows.push([r.fault, r.detail, r.baselinePerS, r.stallMs, r.normalMs ?? 'never', statuses(r.byStatus), statuses(r.firstSecond), r.exits.map((e) => `${e.name} ${e.code}`).join(' ') || 0, r.oversold, r.lostUpdates, r.unanswered]);
   }
   const widths = rows[0].map((_, c) => Math.max(...rows.map((row) => String(row[c]).length)));
   return rows.map((row) => row.map((cell, c) => String(cell).padEnd(widths[c])).join(' | ')).join('\n');

@@ -25,9 +25,11 @@ export class Cancellation {
     const { waitMs, signal } = options;
     const connection = engine.connection;
     // A wait that ends while ZooKeeper is unreachable ended for that reason, not for contention:
-    // disconnected, or still "connected" over a link that has not answered a request for half the
-    // wait (the client notices a silent link only after 2/3 of the session timeout). A try-once
-    // that got no answer within its bound met a link that does not answer.
+    // unreachable meaning no answer for half the wait (at most UNANSWERED_MS) by its due time,
+    // whether the link was still "connected" (the client notices a silent link only after 2/3 of
+    // the session timeout) or had dropped. A wait due in the first moments of a leader election
+    // (about half a second) spent all but those moments queued behind holders: contention. A
+    // try-once that got no answer within its bound met a link that does not answer.
     const bound = waitMs === undefined ? 0 : Math.min(UNANSWERED_MS, waitMs / 2);
     const due = waitMs === undefined ? 0 : performance.now() + waitMs;
     const links = connection.links;
@@ -35,11 +37,11 @@ export class Cancellation {
     const onDeadline = () => {
       if (waitMs === 0) return this.settle({ reason: 'connection' });
       if (connection.state !== 'connected') {
-        // The timer may run late (a stalled or starved process) into an outage that began after
-        // the wait was due: it ended with the link up, as far as anyone here could know then, so
-        // it says connection only if the link had stopped answering by then.
-        const upAtDue = links.upAt <= due && links.downAt > due;
-        const silentAtDue = upAtDue ? links.unansweredAtDown - (links.downAt - due) : Infinity;
+        // How long nothing had been answered at the due time: what was unanswered when the link
+        // last dropped, plus the time from that drop to the due time. Negative when the timer
+        // ran late (a stalled or starved process) into an outage that began after the wait was
+        // due. Down at the due time since a moment not kept (it came up only after): an outage.
+        const silentAtDue = links.upAt <= due ? links.unansweredAtDown + (due - links.downAt) : Infinity;
         return this.settle({ reason: silentAtDue >= bound ? 'connection' : 'timeout' });
       }
       if ((connection.session?.unansweredForMs() ?? 0) < bound) return this.settle({ reason: 'timeout' });
