@@ -232,7 +232,7 @@ export class LockEngine {
    */
   shutdown(): Promise<void> {
     this.shutdownDone ??= this.shutDown();
-    return this.shutdownDone;
+    return this.connection.keepAliveUntilSettled(this.shutdownDone);
   }
 
   private async shutDown(): Promise<void> {

@@ -50,6 +50,8 @@ export class TcpProxy {
   notified;
   /** Set by holdConnectResponses(): how long the server's first answer on each new connection waits. */
   connectResponseDelayMs = 0;
+  /** Connections refused while cut (a client that keeps trying to reconnect). */
+  refused = 0;
 
   /**
    * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
@@ -92,7 +94,10 @@ export class TcpProxy {
    * @param {number} port
    */
   accept(client, host, port) {
-    if (this.mode === 'cut') return client.destroy();
+    if (this.mode === 'cut') {
+      this.refused++;
+      return client.destroy();
+    }
     const upstream = net.connect(port, host);
     this.sockets.add(client).add(upstream);
     upstream.once('connect', () => this.upstreams.add(upstream));

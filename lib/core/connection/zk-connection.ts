@@ -58,6 +58,8 @@ export function lossMarginMs(sessionTimeoutMs: number): number {
   return Math.max(250, sessionTimeoutMs / 10);
 }
 const EXPIRED_SESSION_STATE = -112;
+/** The period of the timer that keeps the process alive while a call is pending (it does nothing). */
+const KEEP_ALIVE_INTERVAL_MS = 3_600_000;
 
 /**
  * One logical ZooKeeper connection: a session at a time, opened again automatically after a loss,
@@ -170,7 +172,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    */
   connect(): Promise<void> {
     this.firstConnect ??= this.openFirstSession();
-    return this.firstConnect;
+    return this.keepAliveUntilSettled(this.firstConnect);
   }
 
   /**
@@ -181,7 +183,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   connectInBackground(): void {
     if (this.firstConnect) return;
     this.start(FIRST_PROBE_MS);
-    this.firstConnect = this.whenConnected().then(() => undefined);
+    // Not a pending call: a process with nothing else to do may exit while this keeps trying.
+    this.firstConnect = this.untilConnected().then(() => undefined);
     this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
   }
 
@@ -219,8 +222,37 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   /** The heartbeats of the current session's link: when the last went out, and how many are unanswered. */
   private heartbeats = { link: -1, sentAt: -Infinity, inFlight: 0 };
 
+  /** Calls pending now (see keepAliveUntilSettled), and the one timer that keeps the process alive meanwhile. */
+  private pendingCalls = 0;
+  private keepAliveTimer: ClockTimer | undefined;
+
+  /**
+   * Keeps the process alive until `work` settles, as a pending socket read would: while
+   * disconnected the session holds no socket and every timer of the client is unref'd, so a
+   * script awaiting a release or an acquire while ZooKeeper is away would otherwise exit (code 13)
+   * in the middle of the call. Every call a user awaits (connection, engine, recipes, leases) goes
+   * through here; one ref'd timer serves them all, armed only while one is pending. Returns `work`.
+   */
+  keepAliveUntilSettled<T>(work: Promise<T>): Promise<T> {
+    if (this.pendingCalls++ === 0) this.keepAliveTimer = this.clock.setInterval(() => undefined, KEEP_ALIVE_INTERVAL_MS).ref();
+    const settled = () => {
+      if (--this.pendingCalls > 0) return;
+      // unref() too: a timer armed before a test installed fake timers is not cleared by theirs.
+      this.keepAliveTimer?.unref();
+      this.clock.clearInterval(this.keepAliveTimer);
+      this.keepAliveTimer = undefined;
+    };
+    work.then(settled, settled);
+    return work;
+  }
+
   /** Resolves with the session once connected; rejects when the connection is closed or `signal` aborts. */
   whenConnected(signal?: AbortSignal): Promise<ZkSession> {
+    return this.keepAliveUntilSettled(this.untilConnected(signal));
+  }
+
+  /** whenConnected for the connection's own waits, which keep no process alive. */
+  private untilConnected(signal?: AbortSignal): Promise<ZkSession> {
     if (this.currentState === 'connected' && this.current) return Promise.resolve(this.current);
     if (this.currentState === 'closed') return Promise.reject(new ConnectionClosedError());
     return new Promise((resolve, reject) => {
@@ -241,7 +273,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /** Closes the session (its ephemeral nodes go with it) and stops reconnecting. Idempotent. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return this.keepAliveUntilSettled(this.closeSession());
+  }
+
+  private async closeSession(): Promise<void> {
     if (this.currentState === 'closed') return;
     this.clearTimers();
     const session = this.current;
@@ -266,7 +302,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     let timer: ClockTimer | undefined;
     try {
       await Promise.race([
-        this.whenConnected(),
+        this.untilConnected(),
         new Promise<never>((_, reject) => {
           timer = this.clock.setTimeout(() => {
             // What the servers answered to the last probe, if one finished in time (never waits for one).

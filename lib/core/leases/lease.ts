@@ -265,7 +265,9 @@ export class NodeLease extends HeldLease implements SessionBound {
    */
   override release(): Promise<void> {
     if (this.revokeHeard) this.interrupt('revoked');
-    return super.release();
+    // Pending (a delete retried through a disconnection), it keeps the process alive; a release
+    // in the background resolves at once, and its delete does not (see keepAliveUntilSettled).
+    return this.engine.connection.keepAliveUntilSettled(super.release());
   }
 
   onSessionGone(reason: LockLostReason): void {

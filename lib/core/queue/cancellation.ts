@@ -58,7 +58,8 @@ export class Cancellation {
         this.settle({ reason: connection.state !== 'connected' || silentMs >= bound ? 'connection' : 'timeout' });
       });
     };
-    const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS);
+    // Unref'd: the pending acquire keeps the process alive, not its deadline (see ZkConnection.keepAliveUntilSettled).
+    const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS).unref();
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
     const offAbort = signal ? onAbortOf(signal, onAbort) : undefined;
     const offStop = engine.onStop((error) => this.settle({ reason: 'connection', error }));

@@ -180,7 +180,8 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
     const term = this.term;
     if (term) return Promise.resolve(term);
     if (this.closed) return Promise.reject(new LockLostError(this.name, 'stepped-down'));
-    return new Promise((resolve, reject) => {
+    // Awaited like an acquire: it keeps the process alive (see keepAliveUntilSettled).
+    return this.engine.connection.keepAliveUntilSettled(new Promise((resolve, reject) => {
       const onGained = (gained: LeadershipTerm) => finish(() => resolve(gained));
       const onAbort = () => finish(() => reject(signal!.reason));
       const onClosed = () => finish(() => reject(new LockLostError(this.name, 'stepped-down')));
@@ -194,7 +195,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
       this.on('gained', onGained);
       this.on('closed', onClosed);
       signal?.addEventListener('abort', onAbort, { once: true });
-    });
+    }));
   }
 
   /** Ends the current term (its signal aborts, then its node goes) and queues again at the tail. */
@@ -210,7 +211,11 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
   }
 
   /** Leaves the election: ends the current term (signal first, then the node) or stops queueing. Idempotent. */
-  async close(): Promise<void> {
+  close(): Promise<void> {
+    return this.engine.connection.keepAliveUntilSettled(this.leave());
+  }
+
+  private async leave(): Promise<void> {
     if (this.closed) return this.campaigning;
     this.closed = true;
     this.stopWatchingEngine?.();

@@ -60,7 +60,12 @@ export abstract class LockRecipe implements Lockable {
     return `${this.engine.id}:${kind}:${this.path}`;
   }
 
-  async acquire(options: AcquireOptions = {}): Promise<Lease> {
+  acquire(options: AcquireOptions = {}): Promise<Lease> {
+    // Pending, it keeps the process alive (also while ZooKeeper is away: see keepAliveUntilSettled).
+    return this.engine.connection.keepAliveUntilSettled(this.acquireLease(options));
+  }
+
+  private async acquireLease(options: AcquireOptions): Promise<Lease> {
     validateAcquireOptions(options);
     if (this.reentrant) {
       const held = LockContext.heldByChain(this.contextKey);
