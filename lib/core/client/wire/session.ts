@@ -2,7 +2,7 @@
 // ZkSession seam as the C client's NativeZkSession. The default session of ZkConnection.
 import net from 'node:net';
 import tls from 'node:tls';
-import { ZkCode, ZkError } from '../zk-error.js';
+import { isServerCode, ZkCode, ZkError } from '../zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
@@ -13,6 +13,7 @@ import { JuteDecodeError, JuteReader, type JuteWriter } from './jute.js';
 import {
   createOpFor,
   decodeConnectResponse,
+  decodeCreateResponse,
   decodeReplyHeader,
   decodeStat,
   decodeWatcherEvent,
@@ -306,20 +307,25 @@ export class WireZkSession implements ZkSession {
     if (this.state === 'handshake') return this.handshake(frame);
     const reader = new JuteReader(frame);
     const header = decodeReplyHeader(reader);
+    if (!isServerCode(header.err)) throw new JuteDecodeError(`reply error code ${header.err}: not one ZooKeeper defines`);
     switch (header.xid) {
       case Xid.notification: {
         const event = decodeWatcherEvent(reader);
+        reader.expectEnd('watch event');
         return this.deliverEvent(event.path, event.type);
       }
       case Xid.ping:
         if (this.pingsOutstanding <= 0) throw new JuteDecodeError('a ping reply without a ping');
+        reader.expectEnd('ping reply');
         this.pingsOutstanding--;
         return;
       case Xid.setWatches:
         if (this.setWatchesOutstanding <= 0) throw new JuteDecodeError('a SetWatches reply without a SetWatches');
+        reader.expectEnd('SetWatches reply');
         this.setWatchesOutstanding--;
         return;
       case Xid.auth: {
+        reader.expectEnd('auth reply');
         const waiter = this.authWaiters.shift();
         if (!waiter) throw new JuteDecodeError('an auth reply without an auth request');
         waiter(header.err);
@@ -337,6 +343,8 @@ export class WireZkSession implements ZkSession {
     let value: unknown;
     try {
       value = awaited.decode(reader);
+      // Bytes left over: the reply was read as another record than it is (a listing as a create's path, say).
+      reader.expectEnd('reply');
     } catch (error) {
       awaited.done(ZkCode.CONNECTIONLOSS);
       throw error;
@@ -530,7 +538,7 @@ export class WireZkSession implements ZkSession {
       this.submit(
         createOpFor(mode),
         (w) => writeCreate(w, this.chroot.toServer(path), data, acl ?? OPEN_ACL, mode),
-        (r) => this.chroot.fromServer(r.string()), // createContainer's Stat follows: not needed
+        (r) => this.chroot.fromServer(decodeCreateResponse(r, this.chroot.toServer(path), mode)),
         done,
       ),
       { write },
@@ -608,7 +616,7 @@ export class WireZkSession implements ZkSession {
   /** `urgent` (the connection's heartbeat): past the backlog (see NativeZkSession.sync). */
   sync(path: string, options?: { urgent?: boolean }): Promise<void> {
     return this.call('sync', path, isValidPath(path, false), (done) =>
-      this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), () => undefined, done),
+      this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), (r) => void r.string(), done),
       { urgent: options?.urgent },
     );
   }
@@ -622,7 +630,7 @@ export class WireZkSession implements ZkSession {
           writeAcl(w, acl);
           w.int(version);
         },
-        () => undefined,
+        (r) => void decodeStat(r),
         done,
       ),
     );
@@ -630,7 +638,16 @@ export class WireZkSession implements ZkSession {
 
   getAcl(path: string): Promise<ZkAcl[]> {
     return this.call('getAcl', path, isValidPath(path, false), (done) =>
-      this.submit(OpCode.getACL, (w) => w.ustring(this.chroot.toServer(path)), (r) => readAcl(r), done),
+      this.submit(
+        OpCode.getACL,
+        (w) => w.ustring(this.chroot.toServer(path)),
+        (r) => {
+          const acl = readAcl(r);
+          decodeStat(r);
+          return acl;
+        },
+        done,
+      ),
     );
   }
 
@@ -676,7 +693,7 @@ export class WireZkSession implements ZkSession {
     return this.submit(
       OpCode.multi,
       (w) => writeMulti(w, requestOps),
-      (r) => readMultiResults(r),
+      (r) => readMultiResults(r, requestOps),
       (code, value) => {
         if (code !== ZkCode.OK) return cb(code, '', []);
         const results = (value as MultiResult[]).map((r) => ({ rc: r.err, path: r.path === undefined ? undefined : this.chroot.fromServer(r.path) }));

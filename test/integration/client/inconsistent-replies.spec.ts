@@ -1,0 +1,185 @@
+// A man in the middle between our TypeScript client and the real ZooKeeper (TcpProxy's
+// rewriteReplies / rewriteConnectResponses) sends replies that are well framed yet cannot be a
+// correct server's answer: bytes left over, a multi whose results do not match its ops, an error
+// code ZooKeeper does not define, a negotiated timeout no server grants. Each drops the link like a
+// broken frame: the request fails as a connection loss, so an acquire recovers its node on the
+// reconnect (or says LockNotAcquiredError), never a raw TypeError or ZkError, and leaves no node
+// behind. A timeout of 0 for every new session gets a few sessions, not thousands.
+import { ZkConnectError } from '../../../lib/core/errors.js';
+import type { Lease } from '../../../lib/core/leases/lease.js';
+import { Mutex } from '../../../lib/core/recipes/mutex.js';
+import { CLIENT_KINDS } from '../../../lib/core/connection/connection-options.js';
+import type { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
+import { ZkError } from '../../../lib/core/client/zk-error.js';
+import { JuteReader, JuteWriter } from '../../../lib/core/client/wire/jute.js';
+import { decodeStat, OpCode } from '../../../lib/core/client/wire/records.js';
+import { childrenOf, closeAll, connect, engine, eventually, killSession, nextEvent, uniquePath } from '../../support/helpers.js';
+import { nameOf, within, withProxy } from '../../support/lock-test-helpers.js';
+import type { TcpProxy } from '../../support/tcp-proxy.js';
+
+afterEach(closeAll);
+
+type ProxiedRequest = { xid: number; type: number; body: Buffer };
+
+/** The path a request names first (create, delete, exists, getData, getChildren2). */
+function pathOf(request: ProxiedRequest): string {
+  return new JuteReader(request.body).string();
+}
+
+/** Whether `request` is of `type` and on a node under `parent`. */
+function under(request: ProxiedRequest | undefined, type: number, parent: string): boolean {
+  return request !== undefined && request.type === type && pathOf(request).startsWith(`${parent}/`);
+}
+
+/** The bytes `write` writes, without a length prefix. */
+function record(write: (w: JuteWriter) => void): Buffer {
+  const w = new JuteWriter();
+  write(w);
+  return w.frame().subarray(4);
+}
+
+const stat = (w: JuteWriter) => w.long(1n).long(1n).long(1_700_000_000_000n).long(1_700_000_000_000n).int(0).int(0).int(0).long(0n).int(0).int(0).long(1n);
+/** A reply's header (xid, zxid, err): its first 16 bytes. */
+const headerOf = (reply: Buffer) => reply.subarray(0, 16);
+/** The same header saying OK. */
+function okHeader(reply: Buffer): Buffer {
+  const header = Buffer.from(headerOf(reply));
+  header.writeInt32BE(0, 12);
+  return header;
+}
+
+/** A multi reply's results, each with its own header (type, done, err), without the end marker. */
+function multiResults(reply: Buffer): Buffer[] {
+  const reader = new JuteReader(reply, 16);
+  const at = () => reply.length - reader.remaining;
+  const results: Buffer[] = [];
+  for (;;) {
+    const start = at();
+    const type = reader.int();
+    const done = reader.bool();
+    reader.int();
+    if (done) return results;
+    if (type === OpCode.create) reader.string();
+    else if (type === OpCode.create2 || type === OpCode.createContainer) (reader.string(), decodeStat(reader));
+    else if (type === OpCode.error) reader.int();
+    results.push(reply.subarray(start, at()));
+  }
+}
+const MULTI_END = record((w) => w.int(-1).bool(true).int(-1));
+
+/** An engine whose link goes through `proxy`. */
+const through = (proxy: TcpProxy) => engine({ connectString: proxy.connectString });
+
+/** A lock's children as a second session lists them (the lock path may be gone: none then). */
+const queueOf = (observer: ZkConnection, path: string) => childrenOf(observer, path).catch(() => [] as string[]);
+
+/** Acquires `path` through `proxy` with `rewrite` in place; checks the link dropped and nothing but the lease's node is left. */
+async function acquiredOverRewrite(proxy: TcpProxy, path: string, rewrite: (reply: Buffer, request: ProxiedRequest | undefined) => Buffer | undefined) {
+  const e = await through(proxy);
+  const observer = await connect();
+  const sessionId = e.connection.sessionId;
+  let rewritten = 0;
+  proxy.rewriteReplies((reply, request) => {
+    if (rewritten > 0) return undefined;
+    const changed = rewrite(reply, request);
+    if (changed) rewritten++;
+    return changed;
+  });
+  const lease = await within(new Mutex(e, 'mitm', path, { coalesce: false }).acquire({ waitMs: 10_000 }), 30_000, 'acquire');
+  expect(rewritten).toBe(1);
+  // The link dropped and the same session came back on a new one.
+  expect(proxy.connectRequests.reattaches).toBeGreaterThanOrEqual(1);
+  expect(e.connection.sessionId).toBe(sessionId);
+  expect(lease.signal.aborted).toBe(false);
+  expect(await queueOf(observer, path)).toEqual([nameOf(lease)]);
+  await lease.release();
+  expect(await queueOf(observer, path)).toEqual([]);
+}
+
+describe('replies read to their end', () => {
+  it('a lock create answered with a listing (bytes left over): the link drops, the acquire gets its node on the reconnect, no orphan', async () => {
+    await withProxy(async (proxy) => {
+      const path = uniquePath('mitm-listing-as-create');
+      await acquiredOverRewrite(proxy, path, (reply, request) =>
+        under(request, OpCode.create, path) ? Buffer.concat([headerOf(reply), record((w) => stat(w.vector(['x'], (v, s) => v.ustring(s))))]) : undefined,
+      );
+    });
+  });
+
+  it.each([
+    ['with bytes left over', 80],
+    ['exactly as long as a Stat (its text read as times)', 64],
+  ])('an exists answered with a path %s: fails as CONNECTIONLOSS, the link drops, the same session answers again', async (_name, length) => {
+    await withProxy(async (proxy) => {
+      const connection = await connect({ connectString: proxy.connectString });
+      const session = connection.session!;
+      const path = uniquePath('mitm-path-as-stat');
+      proxy.rewriteReplies((reply, request) =>
+        request?.type === OpCode.exists && pathOf(request) === path ? Buffer.concat([okHeader(reply), record((w) => w.ustring(`/${'p'.repeat(length - 1)}`))]) : undefined,
+      );
+      const failure = await session.exists(path).then(
+        (stat) => stat,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(ZkError);
+      expect((failure as ZkError).codeName).toBe('CONNECTIONLOSS');
+      proxy.rewriteReplies(undefined);
+      await eventually(() => session.isConnectedNatively, 10_000, 10);
+      expect(proxy.connectRequests.reattaches).toBe(1);
+      expect(await session.exists(path)).toBeNull();
+      expect(connection.session).toBe(session);
+    });
+  });
+});
+
+describe('multi replies match their ops', () => {
+  /** Two locks whose node creates go in one multi: paths the engine knows (used once), acquired in the same turn. */
+  async function bothOverRewrite(proxy: TcpProxy, rewrite: (results: Buffer[]) => Buffer[]) {
+    const e = await through(proxy);
+    const observer = await connect();
+    const paths = [uniquePath('mitm-multi-a'), uniquePath('mitm-multi-b')];
+    const locks = paths.map((p) => new Mutex(e, 'mitm', p, { coalesce: false }));
+    for (const lock of locks) await (await lock.acquire()).release();
+    let rewritten = 0;
+    proxy.rewriteReplies((reply, request) => {
+      if (rewritten > 0 || request?.type !== OpCode.multi) return undefined;
+      const results = multiResults(reply);
+      if (results.length < 2) return undefined;
+      rewritten++;
+      return Buffer.concat([headerOf(reply), ...rewrite(results), MULTI_END]);
+    });
+    const leases: Lease[] = await within(Promise.all(locks.map((lock) => lock.acquire({ waitMs: 10_000 }))), 30_000, 'acquire');
+    expect(rewritten).toBe(1);
+    expect(proxy.connectRequests.reattaches).toBeGreaterThanOrEqual(1);
+    for (const [i, lease] of leases.entries()) {
+      expect(lease.signal.aborted).toBe(false);
+      expect(await queueOf(observer, paths[i]!)).toEqual([nameOf(lease)]);
+      await lease.release();
+      expect(await queueOf(observer, paths[i]!)).toEqual([]);
+    }
+  }
+
+  it('one result fewer than ops: the link drops, both acquires get their nodes, no orphan (was: a TypeError out of acquire)', async () => {
+    await withProxy((proxy) => bothOverRewrite(proxy, (results) => results.slice(0, -1)));
+  });
+
+  it('a create answered as a delete: the link drops, both acquires get their nodes, no orphan', async () => {
+    const asDelete = record((w) => w.int(OpCode.delete).bool(false).int(0));
+    await withProxy((proxy) => bothOverRewrite(proxy, ([first, ...rest]) => [first!.readInt32BE(0) === OpCode.create ? asDelete : first!, ...rest]));
+  });
+});
+
+describe('error codes ZooKeeper defines', () => {
+  it('a lock create answered with UNKNOWN(131072): the link drops, the acquire gets its node on the reconnect (was: a raw ZkError)', async () => {
+    await withProxy(async (proxy) => {
+      const path = uniquePath('mitm-unknown-code');
+      await acquiredOverRewrite(proxy, path, (reply, request) => {
+        if (!under(request, OpCode.create, path)) return undefined;
+        const header = Buffer.from(headerOf(reply));
+        header.writeInt32BE(131072, 12);
+        return header;
+      });
+    });
+  });
+});
+
