@@ -183,3 +183,26 @@ describe('error codes ZooKeeper defines', () => {
   });
 });
 
+describe('our own node missing from our listing', () => {
+  it('is deleted by path before we queue again: the lock is acquired, no orphan blocks it', async () => {
+    await withProxy(async (proxy) => {
+      const path = uniquePath('mitm-own-node-unlisted');
+      const e = await through(proxy);
+      const observer = await connect();
+      let rewritten = 0;
+      proxy.rewriteReplies((reply, request) => {
+        if (rewritten > 0 || request?.type !== OpCode.getChildren2 || pathOf(request) !== path) return undefined;
+        rewritten++;
+        // The same listing without its children (ours among them).
+        const reader = new JuteReader(reply, 16);
+        reader.vector((r) => r.string());
+        return Buffer.concat([headerOf(reply), record((w) => w.int(0)), reply.subarray(reply.length - reader.remaining)]);
+      });
+      const lease = await within(new Mutex(e, 'mitm', path, { coalesce: false }).acquire({ waitMs: 5_000 }), 30_000, 'acquire');
+      expect(rewritten).toBe(1);
+      expect(await queueOf(observer, path)).toEqual([nameOf(lease)]);
+      await lease.release();
+      expect(await queueOf(observer, path)).toEqual([]);
+    });
+  });
+});
