@@ -206,3 +206,93 @@ describe('our own node missing from our listing', () => {
     });
   });
 });
+
+describe('the negotiated timeout', () => {
+  it.each(CLIENT_KINDS)('%s client: more than a server grants for the ask: refused as a connection failure; the connect error says granted vs asked and which option to raise', async (client) => {
+    await withProxy(async (proxy) => {
+      proxy.rewriteConnectResponses((response) => {
+        const changed = Buffer.from(response);
+        changed.writeInt32BE(40_000, 4);
+        return changed;
+      });
+      const failure = await connect({ client, connectString: proxy.connectString, sessionTimeoutMs: 4000, connectTimeoutMs: 4000 }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      expect(failure).toBeInstanceOf(ZkConnectError);
+      expect((failure as Error).message).toMatch(/granted a session timeout of 40000 ms for the 4000 ms asked/);
+      expect((failure as Error).message).toMatch(/raise sessionTimeoutMs to 40000 or more/);
+    });
+  });
+
+  it('a negative one on re-attach: the link drops, the session is not taken as expired; it re-attaches and a held lease stays held', async () => {
+    await withProxy(async (proxy) => {
+      const e = await engine({ connectString: proxy.connectString, sessionTimeoutMs: 8000 });
+      const sessionId = e.connection.sessionId!;
+      const lease = await new Mutex(e, 'mitm', uniquePath('mitm-negative-reattach')).acquire();
+      let refused = 0;
+      proxy.rewriteConnectResponses((response, request) => {
+        if (request.sessionId === 0n || refused >= 3) return undefined;
+        refused++;
+        const changed = Buffer.from(response);
+        changed.writeInt32BE(-1, 4);
+        return changed;
+      });
+      const reconnected = nextEvent(e.connection, 'reconnected', 15_000);
+      proxy.restore(); // drops the link: the client re-attaches
+      expect(await reconnected).toEqual([sessionId]);
+      expect(refused).toBe(3);
+      expect(e.connection.session!.lastLinkError).toBeUndefined();
+      expect(lease.signal.aborted).toBe(false);
+      expect(lease.isHeld).toBe(true);
+      await lease.release();
+    });
+  });
+});
+
+describe.each(CLIENT_KINDS)('%s client: new sessions after a backoff', (client) => {
+  it('a timeout of 0 answered to every new session: a few sessions in 4 s, not thousands; connect() fails with ZkConnectError', async () => {
+    await withProxy(async (proxy) => {
+      proxy.rewriteConnectResponses((response) => {
+        const changed = Buffer.from(response);
+        changed.writeInt32BE(0, 4);
+        return changed;
+      });
+      const started = performance.now();
+      const failure = await connect({ client, connectString: proxy.connectString, connectTimeoutMs: 4000 }).then(
+        () => undefined,
+        (error: unknown) => error,
+      );
+      const seconds = (performance.now() - started) / 1000;
+      const sessions = proxy.connectRequests.newSessions;
+      console.log(`${client}: ${sessions} new sessions asked in ${seconds.toFixed(1)} s with every new session granted a timeout of 0`);
+      expect(failure).toBeInstanceOf(ZkConnectError);
+      expect(sessions).toBeGreaterThanOrEqual(2);
+      expect(sessions).toBeLessThanOrEqual(25);
+    });
+  });
+});
+
+describe('a new session after a real loss', () => {
+  it('still comes quickly (tens of ms)', async () => {
+    await withProxy(async (proxy) => {
+      const connection = await connect({ connectString: proxy.connectString });
+      const oldId = connection.sessionId!;
+      const password = connection.session!.password;
+      const suspended = nextEvent(connection, 'suspended');
+      proxy.cut();
+      await suspended;
+      await killSession(oldId, password);
+      const lost = nextEvent(connection, 'lost');
+      const connected = nextEvent(connection, 'connected');
+      proxy.restore();
+      await lost;
+      const lostAt = performance.now();
+      const [newId] = await connected;
+      const ms = performance.now() - lostAt;
+      console.log(`a new session usable ${ms.toFixed(0)} ms after the loss`);
+      expect(newId).not.toBe(oldId);
+      expect(ms).toBeLessThan(2000);
+    });
+  });
+});

@@ -31,6 +31,7 @@ import {
   type MultiResult,
 } from './records.js';
 import { ServerWatches } from './server-watches.js';
+import { refusedGrant } from '../session-opening.js';
 import { sleep, systemClock, type Clock, type ClockTimer } from '../../clock.js';
 
 export const wireSessionFactory: ZkSessionFactory = (init, events) => new WireZkSession(init, events);
@@ -107,6 +108,8 @@ export class WireZkSession implements ZkSession {
   private readonly hosts: HostList;
   private readonly chroot: Chroot;
   private readonly requestedTimeoutMs: number;
+  /** The ensemble's tickTime at most (SessionInit.serverTickTimeMs): bounds the timeout a server may grant above the ask. */
+  private readonly serverTickMs: number;
   private sessionId = 0n;
   private sessionPassword: Buffer = Buffer.alloc(16);
   private negotiatedTimeoutMs: number | undefined;
@@ -117,6 +120,8 @@ export class WireZkSession implements ZkSession {
   private state: LinkState = 'connecting';
   lastLinkError: string | undefined;
   private socket: LinkSocket | undefined;
+  /** `host:port` of the current link, for lastLinkError. */
+  private linkName = '';
   private frames: FrameReader | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
@@ -152,6 +157,7 @@ export class WireZkSession implements ZkSession {
     this.chroot = new Chroot(chroot);
     this.requestedTimeoutMs = init.sessionTimeoutMs;
     const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
+    this.serverTickMs = tickMs;
     this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs), this.clock);
     if (init.sessionId !== undefined) {
       this.sessionId = BigInt(`0x${init.sessionId}`);
@@ -229,6 +235,7 @@ export class WireZkSession implements ZkSession {
     const { tls: tlsOptions } = this.options;
     const socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
     this.socket = socket;
+    this.linkName = `${address.name}:${address.port}`;
     this.frames = new FrameReader(this.options.maxFrameBytes ?? DEFAULT_MAX_FRAME_BYTES);
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = this.clock.now();
@@ -354,6 +361,7 @@ export class WireZkSession implements ZkSession {
 
   private handshake(frame: Buffer): void {
     const response = decodeConnectResponse(frame);
+    this.refuseImpossibleGrant(response.timeoutMs);
     // Another session than the one we asked to re-attach would hide the loss of ours: expired too.
     const replaced = this.sessionId !== 0n && response.sessionId !== this.sessionId;
     if (response.timeoutMs <= 0 || replaced) return this.endForGood(EXPIRED_STATE, ZkCode.SESSIONEXPIRED);
@@ -377,6 +385,18 @@ export class WireZkSession implements ZkSession {
     this.requests.newLink();
     this.everConnected = true;
     this.events.onConnected();
+  }
+
+  /**
+   * A negotiated timeout no server grants for what we asked (see refusedGrant) drops the link as a
+   * broken frame does: a connection failure, said in lastLinkError, with a growing pause before the next.
+   */
+  private refuseImpossibleGrant(grantedMs: number): void {
+    const refused = refusedGrant(grantedMs, this.requestedTimeoutMs, this.sessionId === 0n, this.serverTickMs);
+    if (refused === undefined) return;
+    this.lastLinkError = `${this.linkName}: ${refused}`;
+    this.hosts.refused();
+    throw new JuteDecodeError(refused);
   }
 
   /** The link is gone (closed, timed out, out of sync): fail what waits on it, tell, reconnect. */

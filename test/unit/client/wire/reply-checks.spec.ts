@@ -4,6 +4,7 @@
 import { JuteDecodeError, JuteReader, JuteWriter } from '../../../../lib/core/client/wire/jute.js';
 import { decodeConnectResponse, decodeCreateResponse, decodeStat, OpCode, readMultiResults, type MultiRequestOp } from '../../../../lib/core/client/wire/records.js';
 import { isServerCode } from '../../../../lib/core/client/zk-error.js';
+import { newSessionBackoffMs, refusedGrant } from '../../../../lib/core/client/session-opening.js';
 
 /** A reader over what `write` writes (no length prefix). */
 function bytes(write: (w: JuteWriter) => void): JuteReader {
@@ -102,3 +103,43 @@ describe('error codes', () => {
   });
 });
 
+describe('the negotiated timeout', () => {
+  const tick = 250;
+
+  it('a new session: above 0, up to the ask or 2 × tickTime', () => {
+    expect(refusedGrant(4000, 4000, true, tick)).toBeUndefined();
+    expect(refusedGrant(1000, 4000, true, tick)).toBeUndefined(); // maxSessionTimeout below the ask
+    expect(refusedGrant(500, 300, true, tick)).toBeUndefined(); // minSessionTimeout's default above the ask
+    expect(refusedGrant(0, 4000, true, tick)).toMatch(/granted a session timeout of 0 ms to a new session/);
+    expect(refusedGrant(-1, 4000, true, tick)).toMatch(/-1 ms/);
+  });
+
+  it('a re-attach: 0 is "expired" (not refused here), below 0 is refused', () => {
+    expect(refusedGrant(0, 4000, false, tick)).toBeUndefined();
+    expect(refusedGrant(-5, 4000, false, tick)).toMatch(/-5 ms to a re-attach/);
+  });
+
+  it('more than a server grants: says what was granted for what was asked, and which option to raise', () => {
+    const message = refusedGrant(40_000, 4000, true, tick);
+    expect(message).toMatch(/granted a session timeout of 40000 ms for the 4000 ms asked/);
+    expect(message).toMatch(/raise sessionTimeoutMs to 40000 or more/);
+    expect(message).toMatch(/serverTickTimeMs/);
+    expect(refusedGrant(501, 300, false, tick)).toBeDefined();
+  });
+});
+
+describe('the pause before a new session', () => {
+  it('tens of ms after a usable one, growing with each unusable one in a row, up to 5 s, jittered', () => {
+    expect(newSessionBackoffMs(0, () => 0)).toBe(10);
+    expect(newSessionBackoffMs(0, () => 0.999999)).toBeCloseTo(50);
+    expect(newSessionBackoffMs(3, () => 0.999999)).toBeCloseTo(400);
+    expect(newSessionBackoffMs(3, () => 0)).toBeCloseTo(80);
+    expect(newSessionBackoffMs(100, () => 0.999999)).toBeCloseTo(5000);
+    expect(newSessionBackoffMs(100, () => 0)).toBe(1000);
+    // Within 6 s, a run of unusable sessions gets at most a dozen.
+    let elapsed = 0;
+    let sessions = 0;
+    while ((elapsed += newSessionBackoffMs(sessions, () => 0)) < 6000) sessions++;
+    expect(sessions).toBeLessThan(12);
+  });
+});
