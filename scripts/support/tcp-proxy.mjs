@@ -52,6 +52,10 @@ export class TcpProxy {
   connectResponseDelayMs = 0;
   /** Connections refused while cut (a client that keeps trying to reconnect). */
   refused = 0;
+  /** Set by rewriteReplies() and rewriteConnectResponses() (a man in the middle). @type {Rewriters} */
+  rewriters = { reply: undefined, connectResponse: undefined };
+  /** ConnectRequests that went through: `newSessions` asked for a new session (id 0), `reattaches` for one by id. */
+  connectRequests = { newSessions: 0, reattaches: 0 };
 
   /**
    * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
@@ -101,7 +105,9 @@ export class TcpProxy {
     const upstream = net.connect(port, host);
     this.sockets.add(client).add(upstream);
     upstream.once('connect', () => this.upstreams.add(upstream));
+    const rewriting = new RewrittenLink(this.rewriters, this.connectRequests);
     client.on('data', (chunk) => {
+      rewriting.fromClient(chunk);
       if (this.mode === 'blackhole') return;
       this.lastClientPacketAt = Date.now();
       this.lastClientPacketTime = performance.timeOrigin + performance.now();
@@ -131,7 +137,9 @@ export class TcpProxy {
       }
       if (held.length === 0 || client.destroyed) (clearInterval(pumping), (pumping = undefined));
     };
-    upstream.on('data', (chunk) => {
+    upstream.on('data', (data) => {
+      const chunk = rewriting.fromServer(data);
+      if (chunk.length === 0) return;
       // Parsed in every mode, to stay in step with the frames.
       const match = replies.endOfFirstNotification(chunk, this.mode === 'blackhole-after-notification' ? this.notificationFilter : undefined);
       if (holdMs > 0 && this.mode === 'open') {
@@ -183,6 +191,25 @@ export class TcpProxy {
    */
   holdConnectResponses(ms) {
     this.connectResponseDelayMs = ms;
+  }
+
+  /**
+   * A man in the middle: from now on, every reply after a connection's ConnectResponse goes
+   * through `rewrite` (a watch event too), whole, with the request it answers (by xid; undefined
+   * for an event or an xid nobody asked). Undefined ends it.
+   * @param {ReplyRewriter | undefined} rewrite
+   */
+  rewriteReplies(rewrite) {
+    this.rewriters.reply = rewrite;
+  }
+
+  /**
+   * A man in the middle: from now on, each connection's ConnectResponse goes through `rewrite`,
+   * with the timeout and session id its ConnectRequest asked for. Undefined ends it.
+   * @param {ConnectResponseRewriter | undefined} rewrite
+   */
+  rewriteConnectResponses(rewrite) {
+    this.rewriters.connectResponse = rewrite;
   }
 
   /** Drops all connections and refuses new ones until restore(). */
@@ -328,4 +355,134 @@ function parseWatcherEvent(body) {
   const length = body.readInt32BE(24);
   const path = length > 0 && body.length >= 28 + length ? body.toString('utf8', 28, 28 + length) : '';
   return { type: EVENT_TYPES[type] ?? String(type), path };
+}
+
+/**
+ * A request as the proxy saw it go to the server: its xid, op code and the bytes after its header.
+ * @typedef {{ xid: number, type: number, body: Buffer }} ProxiedRequest
+ */
+/** @typedef {{ timeoutMs: number, sessionId: bigint }} ProxiedConnectRequest */
+/**
+ * Gets a reply's frame without its length prefix (reply header, then body) and returns the frame
+ * to pass on instead (the proxy puts its length in front), or undefined to pass it unchanged.
+ * @typedef {(reply: Buffer, request: ProxiedRequest | undefined) => Buffer | undefined} ReplyRewriter
+ */
+/**
+ * The same for a connection's ConnectResponse (protocolVersion, timeout, sessionId, password, readOnly).
+ * @typedef {(response: Buffer, request: ProxiedConnectRequest) => Buffer | undefined} ConnectResponseRewriter
+ */
+/** @typedef {{ reply: ReplyRewriter | undefined, connectResponse: ConnectResponseRewriter | undefined }} Rewriters */
+
+/**
+ * One connection's two streams cut into frames for rewriteReplies() and rewriteConnectResponses():
+ * the client's pass unchanged (its requests are noted by xid, its ConnectRequest counted); the
+ * server's pass unchanged while no rewriter is set, else as whole frames, rewritten.
+ */
+class RewrittenLink {
+  /** @type {Map<number, ProxiedRequest>} */
+  requests = new Map();
+  /** @type {ProxiedConnectRequest | undefined} */
+  connectRequest;
+  /** @type {Buffer} */
+  clientPending = Buffer.alloc(0);
+  /** @type {Buffer} */
+  serverPending = Buffer.alloc(0);
+  /** Bytes of the server's unfinished frame already passed on (before a rewriter was set). */
+  serverForwarded = 0;
+  sawConnectResponse = false;
+
+  /**
+   * @param {Rewriters} rewriters
+   * @param {{ newSessions: number, reattaches: number }} counts
+   */
+  constructor(rewriters, counts) {
+    this.rewriters = rewriters;
+    this.counts = counts;
+  }
+
+  /** @param {Buffer} chunk */
+  fromClient(chunk) {
+    const { frames, rest } = splitFrames(Buffer.concat([this.clientPending, chunk]));
+    this.clientPending = rest;
+    for (const frame of frames) {
+      if (this.connectRequest === undefined) {
+        // protocolVersion 4, lastZxidSeen 8, timeOut 4, sessionId 8, passwd, readOnly
+        if (frame.length < 24) continue;
+        this.connectRequest = { timeoutMs: frame.readInt32BE(12), sessionId: frame.readBigInt64BE(16) };
+        if (this.connectRequest.sessionId === 0n) this.counts.newSessions++;
+        else this.counts.reattaches++;
+      } else if (frame.length >= 8) {
+        const xid = frame.readInt32BE(0);
+        this.requests.set(xid, { xid, type: frame.readInt32BE(4), body: frame.subarray(8) });
+      }
+    }
+  }
+
+  /**
+   * @param {Buffer} chunk
+   * @returns {Buffer}
+   */
+  fromServer(chunk) {
+    const { frames, rest } = splitFrames(Buffer.concat([this.serverPending, chunk]));
+    const rewriting = this.rewriters.reply !== undefined || this.rewriters.connectResponse !== undefined;
+    /** @type {Buffer[]} */
+    const out = [];
+    for (const frame of frames) {
+      if (this.serverForwarded > 0) {
+        // Begun before a rewriter was set: the rest goes as it is.
+        out.push(withLength(frame).subarray(this.serverForwarded));
+        this.serverForwarded = 0;
+        this.sawConnectResponse = true;
+        continue;
+      }
+      out.push(withLength(this.rewritten(frame)));
+    }
+    this.serverPending = rest;
+    if (!rewriting && rest.length > this.serverForwarded) {
+      out.push(rest.subarray(this.serverForwarded));
+      this.serverForwarded = rest.length;
+    }
+    return Buffer.concat(out);
+  }
+
+  /**
+   * @private
+   * @param {Buffer} frame
+   * @returns {Buffer}
+   */
+  rewritten(frame) {
+    if (!this.sawConnectResponse) {
+      this.sawConnectResponse = true;
+      const rewrite = this.rewriters.connectResponse;
+      return (rewrite && this.connectRequest && rewrite(frame, this.connectRequest)) ?? frame;
+    }
+    const xid = frame.length >= 4 ? frame.readInt32BE(0) : undefined;
+    const request = xid === undefined || xid === -1 ? undefined : this.requests.get(xid);
+    if (request) this.requests.delete(request.xid);
+    return this.rewriters.reply?.(frame, request) ?? frame;
+  }
+}
+
+/**
+ * The whole frames at the start of `bytes` (without their length) and what follows them.
+ * @param {Buffer} bytes
+ * @returns {{ frames: Buffer[], rest: Buffer }}
+ */
+function splitFrames(bytes) {
+  const frames = [];
+  let offset = 0;
+  while (bytes.length - offset >= 4) {
+    const end = offset + 4 + bytes.readInt32BE(offset);
+    if (end < offset + 4 || bytes.length < end) break;
+    frames.push(bytes.subarray(offset + 4, end));
+    offset = end;
+  }
+  return { frames, rest: bytes.subarray(offset) };
+}
+
+/** @param {Buffer} frame */
+function withLength(frame) {
+  const length = Buffer.alloc(4);
+  length.writeInt32BE(frame.length);
+  return Buffer.concat([length, frame]);
 }

@@ -191,8 +191,11 @@ export class WriteBatcher {
     }
     const rc = guarded(() => this.multi!(
       batch.map((request) => request.write!),
-      (code, _err, results) => {
+      (rc, _err, results) => {
         if (!settle()) return;
+        // Not this batch's answer (a result missing, a create without its path): the outcome is
+        // unknown, as for a lost reply (the sessions drop such a reply's link before it gets here).
+        const code = rc === ZkCode.OK && !answersBatch(batch, results) ? ZkCode.RUNTIMEINCONSISTENCY : rc;
         batch.forEach((request, i) => {
           const own = results[i]?.rc ?? code;
           if (code === ZkCode.OK) request.done(own, results[i]?.path);
@@ -211,6 +214,10 @@ export class WriteBatcher {
       this.schedule();
     }
   }
+}
+
+function answersBatch(batch: QueuedRequest[], results: { rc: number; path?: string }[]): boolean {
+  return results.length === batch.length && batch.every((request, i) => request.write!.type !== MultiOpType.CREATE || results[i]!.rc !== ZkCode.OK || results[i]!.path !== undefined);
 }
 
 /** A send that throws (a bad argument the addon rejects) fails its request, not the batcher. */

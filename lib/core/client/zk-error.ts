@@ -9,6 +9,7 @@ const CODE_NAMES: Record<number, string> = {
   [-7]: 'OPERATIONTIMEOUT',
   [-8]: 'BADARGUMENTS',
   [-9]: 'INVALIDSTATE',
+  [-12]: 'UNKNOWNSESSION',
   [-13]: 'NEWCONFIGNOQUORUM',
   [-14]: 'RECONFIGINPROGRESS',
   [-15]: 'SSLCONNECTIONERROR',
@@ -31,10 +32,26 @@ const CODE_NAMES: Record<number, string> = {
   [-119]: 'NOTREADONLY',
   [-120]: 'EPHEMERALONLOCALSESSION',
   [-121]: 'NOWATCHER',
+  [-122]: 'REQUESTTIMEOUT',
   [-123]: 'RECONFIGDISABLED',
   [-124]: 'SESSIONCLOSEDREQUIRESASLAUTH',
+  [-125]: 'QUOTAEXCEEDED',
   [-127]: 'THROTTLEDOP',
 };
+
+/**
+ * The codes a ZooKeeper server sends (KeeperException.Code in 3.8 and 3.9); INVALIDSTATE, CLOSING,
+ * NOTHING and NOT_APPLIED are the clients' own. A reply with any other code is not from a correct
+ * server: the client drops the link as for a broken frame.
+ */
+const SERVER_CODES: ReadonlySet<number> = new Set([
+  0, -1, -2, -3, -4, -5, -6, -7, -8, -12, -13, -14, -100, -101, -102, -103, -108, -110, -111, -112, -113, -114, -115, -118, -119, -120, -121,
+  -122, -123, -124, -125, -127,
+]);
+
+export function isServerCode(code: number): boolean {
+  return SERVER_CODES.has(code);
+}
 
 export const ZkCode = {
   OK: 0,

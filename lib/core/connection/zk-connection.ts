@@ -7,6 +7,7 @@ import { wireSessionFactoryWith } from '../client/wire/session.js';
 import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
+import { newSessionBackoffMs, refusedGrant } from '../client/session-opening.js';
 import { systemClock, type Clock, type ClockTimer } from '../clock.js';
 
 import type { ConnectionState, SessionLostReason } from './connection-state.js';
@@ -207,7 +208,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       const problems = await probeHosts(this.options.hosts);
       if (this.currentState !== 'connecting') return;
       // What the session itself last met on a link (a TLS refusal, say), which a plain probe cannot see.
-      const linkError = this.current?.lastLinkError;
+      const linkError = this.current?.lastLinkError ?? this.refusal;
       if (linkError) problems.push(`last attempt: ${linkError}`);
       this.lastProbe = problems;
       this.emit('unreachable', problems, Math.round(this.clock.now() - started));
@@ -331,12 +332,16 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const { connectString, chroot, sessionTimeoutMs, serverTickTimeMs } = this.options;
     const isCurrent = () => generation === this.generation && this.currentState !== 'closed';
     let everConnected = false;
+    this.currentUsable = false;
     const session: ZkSession = this.openWith(
       { connectString: connectString + (chroot ?? ''), sessionTimeoutMs, serverTickTimeMs, clock: this.clock },
       {
         onConnected: () => {
           if (!isCurrent()) return;
           if (!everConnected) {
+            // A timeout no server grants for our ask (the C client takes any, 0 included): never usable.
+            const refused = refusedGrant(session.timeoutMs, sessionTimeoutMs, true, serverTickTimeMs);
+            if (refused !== undefined) return this.refuseSession(session, refused);
             everConnected = true;
             this.connectedSessions.add(session);
             void this.prepareSession(session, isCurrent);
@@ -396,6 +401,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       return;
     }
     if (!isCurrent()) return;
+    this.currentUsable = true;
+    this.refusal = undefined;
     this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);
@@ -536,7 +543,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (!this.connectedSessions.has(session)) {
       // Never connected: nothing was lost, keep trying.
       session.close();
-      this.openSession();
+      this.openSuccessor();
       return;
     }
     // Holders first: closing a handle whose link went silent blocks the event loop until the C
@@ -547,10 +554,40 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     // between must not complete an acquire after its holders were told the session is gone.
     session.abandon();
     this.linkUpWaiters = [];
-    this.openSession();
+    this.openSuccessor();
     this.setState('lost');
     this.emit('lost', reason, sessionId);
     this.clock.setImmediate(() => session.close());
+  }
+
+  /** Why the latest new session was refused (see refusedGrant), for the connect error. */
+  private refusal: string | undefined;
+
+  private refuseSession(session: ZkSession, reason: string): void {
+    this.refusal = reason;
+    this.openSuccessor();
+    // Not from inside the session's own callback (the C client's), as in sessionLost.
+    this.clock.setImmediate(() => void session.close());
+  }
+
+  /** Sessions in a row that ended before they were usable; 0 once one was (see newSessionBackoffMs). */
+  private unusableInARow = 0;
+  private currentUsable = false;
+  private successorTimer: ClockTimer | undefined;
+
+  /**
+   * The current session ended: the next one opens after a pause with jitter (no session is current
+   * meanwhile), tens of ms after a usable one, growing while they end unusable (a server that
+   * expires every new session must not get thousands of them a second).
+   */
+  private openSuccessor(): void {
+    this.unusableInARow = this.currentUsable ? 0 : this.unusableInARow + 1;
+    this.current = undefined;
+    this.generation++;
+    this.successorTimer = this.clock.setTimeout(() => {
+      this.successorTimer = undefined;
+      if (this.currentState !== 'closed') this.openSession();
+    }, newSessionBackoffMs(this.unusableInARow, this.clock.random));
   }
 
   private setState(state: ConnectionState): void {
@@ -571,5 +608,6 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.clock.clearTimeout(this.deadlineTimer);
     this.clock.clearTimeout(this.probeTimer);
     this.clock.clearInterval(this.watchdog);
+    this.clock.clearTimeout(this.successorTimer);
   }
 }

@@ -186,7 +186,9 @@ class QueueWaiter {
         if (!listing) return this.abandon(session, path);
         const sorted = sortChildren(listing.children, this.spec.sortMarkers);
         const index = sorted.indexOf(name);
-        if (index < 0) return undefined; // our node is gone (session expiry, or deleted by someone)
+        // Our node is not listed: gone (deleted by someone), or a listing we cannot trust. Delete it
+        // by path before queueing again, or it could stay and block the lock until the session ends.
+        if (index < 0) return this.abandon(session, path);
         const verdict = this.spec.evaluate(sorted, index);
         if (verdict.holds) return this.held(session, path, name, listing);
         if (this.tryOnce) {

@@ -127,6 +127,17 @@ describe('WriteBatcher', () => {
     expect([...h.outcomes.values()]).toEqual([ZkCode.CONNECTIONLOSS, ZkCode.CONNECTIONLOSS]);
   });
 
+  it('an OK multi whose results do not answer it (one missing, a create without its path) fails every write as a connection error, never OK', async () => {
+    for (const results of [[{ rc: 0, path: '/a/x-0000000001' }], [{ rc: 0, path: '/a/x-0000000001' }, { rc: 0 }]]) {
+      const h = harness();
+      h.batcher.submit(h.create('/a/x-'));
+      h.batcher.submit(h.create('/b/x-'));
+      await h.turn();
+      h.answer(0, results);
+      expect([...h.outcomes.values()]).toEqual([ZkCode.RUNTIMEINCONSISTENCY, ZkCode.RUNTIMEINCONSISTENCY]);
+    }
+  });
+
   it('a send that throws fails its request and leaves the batcher working', async () => {
     const h = harness();
     const throwing: QueuedRequest = { ...h.del('/a/1'), send: () => { throw new TypeError('bad argument'); } };

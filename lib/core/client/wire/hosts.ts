@@ -1,4 +1,5 @@
 import { lookup } from 'node:dns/promises';
+import { newSessionBackoffMs } from '../session-opening.js';
 
 export interface HostPort {
   host: string;
@@ -43,6 +44,8 @@ export class HostList {
   private index = -1;
   /** Attempts since the last successful connect. */
   private failures = 0;
+  /** Handshakes in a row refused for a timeout no server grants (see refusedGrant): each waits longer. */
+  private refusals = 0;
 
   constructor(
     hosts: readonly HostPort[],
@@ -62,7 +65,9 @@ export class HostList {
   delayBeforeNextMs(): number {
     if (this.failures === 0) return 0;
     const roundDone = this.failures % this.hosts.length === 0;
-    return (roundDone ? 250 : 0) + this.random() * 50;
+    const pause = (roundDone ? 250 : 0) + this.random() * 50;
+    // A new session refused each time would otherwise be a new server session every round.
+    return this.refusals === 0 ? pause : Math.max(pause, newSessionBackoffMs(this.refusals, this.random));
   }
 
   /** The next host's address (resolved now) and its name; throws when the name does not resolve. */
@@ -78,8 +83,14 @@ export class HostList {
     this.failures++;
   }
 
+  /** The server's answer to the handshake was refused (the link drops too: failed() follows). */
+  refused(): void {
+    this.refusals++;
+  }
+
   connected(): void {
     this.failures = 0;
+    this.refusals = 0;
   }
 }
 

@@ -22,6 +22,11 @@ export class JuteReader {
     return this.end - this.offset;
   }
 
+  /** The record ends here: a correct server sends nothing after it (bytes left mean it was read as the wrong record). */
+  expectEnd(what: string): void {
+    if (this.remaining !== 0) throw new JuteDecodeError(`${what}: ${this.remaining} bytes left over`);
+  }
+
   private take(count: number, what: string): number {
     if (count > this.end - this.offset) throw new JuteDecodeError(`${what}: needs ${count} bytes, ${this.end - this.offset} left`);
     const at = this.offset;

@@ -1,5 +1,6 @@
 // ZooKeeper's records as the client sends and reads them (zookeeper.jute; field order matters).
 import type { ZkAcl, ZkStat } from '../session.js';
+import { isServerCode } from '../zk-error.js';
 import { JuteDecodeError, JuteReader, JuteWriter } from './jute.js';
 
 export const OpCode = {
@@ -28,6 +29,8 @@ export const Xid = { notification: -1, ping: -2, auth: -4, setWatches: -8 } as c
 
 /** CreateMode.CONTAINER's flag: sent with op createContainer. */
 export const CONTAINER_FLAG = 4;
+/** CreateMode's sequential flag (PERSISTENT_SEQUENTIAL 2, EPHEMERAL_SEQUENTIAL 3). */
+const SEQUENTIAL_FLAG = 2;
 
 const EMPTY_PASSWORD = Buffer.alloc(16);
 
@@ -61,7 +64,9 @@ export function decodeConnectResponse(frame: Buffer): ConnectResponse {
   const timeoutMs = reader.int();
   const sessionId = reader.long();
   const password = reader.buffer() ?? Buffer.alloc(0);
-  // An optional readOnly byte follows: ignored (we never ask for read-only).
+  // An optional readOnly byte follows (servers before 3.4 leave it out): ignored, we never ask for read-only.
+  if (reader.remaining === 1) reader.bool();
+  reader.expectEnd('ConnectResponse');
   return { timeoutMs, sessionId, password };
 }
 
@@ -87,11 +92,18 @@ export function hex64(value: bigint): string {
   return BigInt.asUintN(64, value).toString(16);
 }
 
+/** A time in ms since the epoch: one no Date can hold is not from a server's clock. */
+function readTime(reader: JuteReader, what: string): Date {
+  const time = new Date(Number(reader.long()));
+  if (Number.isNaN(time.getTime())) throw new JuteDecodeError(`Stat: ${what} out of range`);
+  return time;
+}
+
 export function decodeStat(reader: JuteReader): ZkStat {
   const czxid = Number(reader.long());
   const mzxid = Number(reader.long());
-  const ctime = new Date(Number(reader.long()));
-  const mtime = new Date(Number(reader.long()));
+  const ctime = readTime(reader, 'ctime');
+  const mtime = readTime(reader, 'mtime');
   const version = reader.int();
   const cversion = reader.int();
   const aversion = reader.int();
@@ -143,6 +155,26 @@ export function createOpFor(flags: number): number {
   return flags === CONTAINER_FLAG ? OpCode.createContainer : OpCode.create;
 }
 
+/**
+ * The path a create's answer names (in the server's namespace), checked against the one asked
+ * for: the same, or with the 10 characters of a sequence number after it (`%010d`). Anything else
+ * would make us track a node that is not ours (and leave ours behind).
+ */
+export function readCreatedPath(reader: JuteReader, asked: string, flags: number): string {
+  const path = reader.string();
+  const suffix = path.slice(asked.length);
+  const fits = path.startsWith(asked) && ((flags & SEQUENTIAL_FLAG) === 0 ? suffix === '' : /^-?[0-9]+$/.test(suffix) && suffix.length === 10);
+  if (!fits) throw new JuteDecodeError(`create: created ${JSON.stringify(path)} for ${JSON.stringify(asked)}`);
+  return path;
+}
+
+/** A create's answer: CreateResponse (the path), or for createContainer Create2Response (the path and its Stat). */
+export function decodeCreateResponse(reader: JuteReader, asked: string, flags: number): string {
+  const path = readCreatedPath(reader, asked, flags);
+  if (createOpFor(flags) === OpCode.createContainer) decodeStat(reader);
+  return path;
+}
+
 export function writeMulti(writer: JuteWriter, ops: readonly MultiRequestOp[]): void {
   for (const op of ops) {
     if (op.type === OpCode.create) {
@@ -161,37 +193,35 @@ export interface MultiResult {
   path?: string;
 }
 
-/** Parses each result by the type in its header (create2 comes back as 1 or 15 by server version). */
-export function readMultiResults(reader: JuteReader): MultiResult[] {
+/**
+ * Parses the results of a multi sent as `ops`: one per op, in order, each of its op's kind or an
+ * error (a create's comes back as create or create2 by server version and op), then the end
+ * marker. Anything else is not the answer to this request: JuteDecodeError.
+ */
+export function readMultiResults(reader: JuteReader, ops: readonly MultiRequestOp[]): MultiResult[] {
   const results: MultiResult[] = [];
   for (;;) {
     const type = reader.int();
     const done = reader.bool();
     const err = reader.int();
-    if (done) return results;
-    switch (type) {
-      case OpCode.create:
-        results.push({ err: 0, path: reader.string() });
-        break;
-      case OpCode.create2:
-      case OpCode.createContainer:
-      case 21: // createTTL
-        results.push({ err: 0, path: reader.string() });
-        decodeStat(reader);
-        break;
-      case OpCode.delete:
-      case 13: // check
-        results.push({ err: 0 });
-        break;
-      case OpCode.setData:
-        decodeStat(reader);
-        results.push({ err: 0 });
-        break;
-      case OpCode.error:
-        results.push({ err: reader.int() || err });
-        break;
-      default:
-        throw new JuteDecodeError(`multi: unknown result type ${type}`);
+    if (done) {
+      if (type !== -1 || err !== -1) throw new JuteDecodeError(`multi: end marker ${type}/${err}`);
+      if (results.length !== ops.length) throw new JuteDecodeError(`multi: ${results.length} results for ${ops.length} ops`);
+      return results;
+    }
+    const op = ops[results.length];
+    if (!op) throw new JuteDecodeError(`multi: more results than the ${ops.length} ops`);
+    if (type === OpCode.error) {
+      const code = reader.int() || err;
+      if (!isServerCode(code)) throw new JuteDecodeError(`multi: error code ${code} is not one ZooKeeper defines`);
+      results.push({ err: code });
+    } else if (op.type === OpCode.create && (type === OpCode.create || type === OpCode.create2 || type === OpCode.createContainer)) {
+      results.push({ err: 0, path: readCreatedPath(reader, op.path, op.flags) });
+      if (type !== OpCode.create) decodeStat(reader);
+    } else if (op.type === OpCode.delete && type === OpCode.delete) {
+      results.push({ err: 0 });
+    } else {
+      throw new JuteDecodeError(`multi: a result of type ${type} for op ${results.length} (type ${op.type})`);
     }
   }
 }

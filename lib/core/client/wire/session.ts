@@ -2,7 +2,7 @@
 // ZkSession seam as the C client's NativeZkSession. The default session of ZkConnection.
 import net from 'node:net';
 import tls from 'node:tls';
-import { ZkCode, ZkError } from '../zk-error.js';
+import { isServerCode, ZkCode, ZkError } from '../zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
 import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
@@ -13,6 +13,7 @@ import { JuteDecodeError, JuteReader, type JuteWriter } from './jute.js';
 import {
   createOpFor,
   decodeConnectResponse,
+  decodeCreateResponse,
   decodeReplyHeader,
   decodeStat,
   decodeWatcherEvent,
@@ -30,6 +31,7 @@ import {
   type MultiResult,
 } from './records.js';
 import { ServerWatches } from './server-watches.js';
+import { refusedGrant } from '../session-opening.js';
 import { sleep, systemClock, type Clock, type ClockTimer } from '../../clock.js';
 import { ReplyTooLargeError } from '../../errors.js';
 
@@ -119,6 +121,8 @@ export class WireZkSession implements ZkSession {
   private readonly hosts: HostList;
   private readonly chroot: Chroot;
   private readonly requestedTimeoutMs: number;
+  /** The ensemble's tickTime at most (SessionInit.serverTickTimeMs): bounds the timeout a server may grant above the ask. */
+  private readonly serverTickMs: number;
   private sessionId = 0n;
   private sessionPassword: Buffer = Buffer.alloc(16);
   private negotiatedTimeoutMs: number | undefined;
@@ -129,6 +133,8 @@ export class WireZkSession implements ZkSession {
   private state: LinkState = 'connecting';
   lastLinkError: string | undefined;
   private socket: LinkSocket | undefined;
+  /** `host:port` of the current link, for lastLinkError. */
+  private linkName = '';
   private frames: FrameReader<SkippedReply> | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
@@ -165,6 +171,7 @@ export class WireZkSession implements ZkSession {
     this.chroot = new Chroot(chroot);
     this.requestedTimeoutMs = init.sessionTimeoutMs;
     const tickMs = init.serverTickTimeMs ?? DEFAULT_SERVER_TICK_MS;
+    this.serverTickMs = tickMs;
     this.requests = new RequestClock(() => reportLagMs(tickMs, this.timeoutMs), this.clock);
     if (init.sessionId !== undefined) {
       this.sessionId = BigInt(`0x${init.sessionId}`);
@@ -246,6 +253,7 @@ export class WireZkSession implements ZkSession {
     const { tls: tlsOptions } = this.options;
     const socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
     this.socket = socket;
+    this.linkName = `${address.name}:${address.port}`;
     this.frames = new FrameReader(this.maxReplyBytes, { headerBytes: REPLY_HEADER_BYTES, mark: (header, length): SkippedReply => ({ header, length }) });
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = this.clock.now();
@@ -326,20 +334,25 @@ export class WireZkSession implements ZkSession {
     if (this.state === 'handshake') return this.handshake(frame);
     const reader = new JuteReader(frame);
     const header = decodeReplyHeader(reader);
+    if (!isServerCode(header.err)) throw new JuteDecodeError(`reply error code ${header.err}: not one ZooKeeper defines`);
     switch (header.xid) {
       case Xid.notification: {
         const event = decodeWatcherEvent(reader);
+        reader.expectEnd('watch event');
         return this.deliverEvent(event.path, event.type);
       }
       case Xid.ping:
         if (this.pingsOutstanding <= 0) throw new JuteDecodeError('a ping reply without a ping');
+        reader.expectEnd('ping reply');
         this.pingsOutstanding--;
         return;
       case Xid.setWatches:
         if (this.setWatchesOutstanding <= 0) throw new JuteDecodeError('a SetWatches reply without a SetWatches');
+        reader.expectEnd('SetWatches reply');
         this.setWatchesOutstanding--;
         return;
       case Xid.auth: {
+        reader.expectEnd('auth reply');
         const waiter = this.authWaiters.shift();
         if (!waiter) throw new JuteDecodeError('an auth reply without an auth request');
         waiter(header.err);
@@ -357,6 +370,8 @@ export class WireZkSession implements ZkSession {
     let value: unknown;
     try {
       value = awaited.decode(reader);
+      // Bytes left over: the reply was read as another record than it is (a listing as a create's path, say).
+      reader.expectEnd('reply');
     } catch (error) {
       awaited.done(ZkCode.CONNECTIONLOSS);
       throw error;
@@ -385,6 +400,7 @@ export class WireZkSession implements ZkSession {
 
   private handshake(frame: Buffer): void {
     const response = decodeConnectResponse(frame);
+    this.refuseImpossibleGrant(response.timeoutMs);
     // Another session than the one we asked to re-attach would hide the loss of ours: expired too.
     const replaced = this.sessionId !== 0n && response.sessionId !== this.sessionId;
     if (response.timeoutMs <= 0 || replaced) return this.endForGood(EXPIRED_STATE, ZkCode.SESSIONEXPIRED);
@@ -408,6 +424,18 @@ export class WireZkSession implements ZkSession {
     this.requests.negotiated(response.timeoutMs, this.connectRequestSentAt);
     this.requests.newLink();
     this.events.onConnected();
+  }
+
+  /**
+   * A negotiated timeout no server grants for what we asked (see refusedGrant) drops the link as a
+   * broken frame does: a connection failure, said in lastLinkError, with a growing pause before the next.
+   */
+  private refuseImpossibleGrant(grantedMs: number): void {
+    const refused = refusedGrant(grantedMs, this.requestedTimeoutMs, this.sessionId === 0n, this.serverTickMs);
+    if (refused === undefined) return;
+    this.lastLinkError = `${this.linkName}: ${refused}`;
+    this.hosts.refused();
+    throw new JuteDecodeError(refused);
   }
 
   /** The link is gone (closed, timed out, out of sync): fail what waits on it, tell, reconnect. */
@@ -569,7 +597,7 @@ export class WireZkSession implements ZkSession {
       this.submit(
         createOpFor(mode),
         (w) => writeCreate(w, this.chroot.toServer(path), data, acl ?? OPEN_ACL, mode),
-        (r) => this.chroot.fromServer(r.string()), // createContainer's Stat follows: not needed
+        (r) => this.chroot.fromServer(decodeCreateResponse(r, this.chroot.toServer(path), mode)),
         done,
       ),
       { write },
@@ -647,7 +675,7 @@ export class WireZkSession implements ZkSession {
   /** `urgent` (the connection's heartbeat): past the backlog (see NativeZkSession.sync). */
   sync(path: string, options?: { urgent?: boolean }): Promise<void> {
     return this.call('sync', path, isValidPath(path, false), (done) =>
-      this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), () => undefined, done),
+      this.submit(OpCode.sync, (w) => w.ustring(this.chroot.toServer(path)), (r) => void r.string(), done),
       { urgent: options?.urgent },
     );
   }
@@ -661,7 +689,7 @@ export class WireZkSession implements ZkSession {
           writeAcl(w, acl);
           w.int(version);
         },
-        () => undefined,
+        (r) => void decodeStat(r),
         done,
       ),
     );
@@ -669,7 +697,16 @@ export class WireZkSession implements ZkSession {
 
   getAcl(path: string): Promise<ZkAcl[]> {
     return this.call('getAcl', path, isValidPath(path, false), (done) =>
-      this.submit(OpCode.getACL, (w) => w.ustring(this.chroot.toServer(path)), (r) => readAcl(r), done),
+      this.submit(
+        OpCode.getACL,
+        (w) => w.ustring(this.chroot.toServer(path)),
+        (r) => {
+          const acl = readAcl(r);
+          decodeStat(r);
+          return acl;
+        },
+        done,
+      ),
     );
   }
 
@@ -715,7 +752,7 @@ export class WireZkSession implements ZkSession {
     return this.submit(
       OpCode.multi,
       (w) => writeMulti(w, requestOps),
-      (r) => readMultiResults(r),
+      (r) => readMultiResults(r, requestOps),
       (code, value) => {
         if (code !== ZkCode.OK) return cb(code, '', []);
         const results = (value as MultiResult[]).map((r) => ({ rc: r.err, path: r.path === undefined ? undefined : this.chroot.fromServer(r.path) }));

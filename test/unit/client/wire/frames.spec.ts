@@ -1,6 +1,6 @@
 import { DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH_CAP, FrameReader } from '../../../../lib/core/client/wire/frames.js';
 import { JuteDecodeError, JuteReader, JuteWriter } from '../../../../lib/core/client/wire/jute.js';
-import { decodeReplyHeader, decodeStat, decodeWatcherEvent, readAcl, readMultiResults } from '../../../../lib/core/client/wire/records.js';
+import { decodeReplyHeader, decodeStat, decodeWatcherEvent, OpCode, readAcl, readMultiResults } from '../../../../lib/core/client/wire/records.js';
 import { seededRun } from '../../../support/prng.js';
 
 function frameOf(body: Buffer): Buffer {
@@ -106,7 +106,7 @@ function decodeAsSession(frame: Buffer): void {
     case 2: reader.buffer(); decodeStat(reader); break;
     case 3: reader.vector((r) => r.string()); decodeStat(reader); break;
     case 4: readAcl(reader); decodeStat(reader); break;
-    case 5: readMultiResults(reader); break;
+    case 5: readMultiResults(reader, [{ type: OpCode.create, path: '/x', data: Buffer.alloc(0), flags: 0, acl: [] }]); break;
     default: reader.string();
   }
 }

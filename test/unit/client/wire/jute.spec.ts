@@ -163,12 +163,17 @@ describe('records', () => {
     stat(ok);
     ok.int(2).bool(false).int(0);
     ok.int(-1).bool(true).int(-1);
-    expect(readMultiResults(body(ok.frame()))).toEqual([{ err: 0, path: '/a' }, { err: 0, path: '/b' }, { err: 0 }]);
+    const ops = [
+      { type: OpCode.create, path: '/a', data: Buffer.alloc(0), flags: 0, acl: [] },
+      { type: OpCode.create, path: '/b', data: Buffer.alloc(0), flags: 4, acl: [] },
+      { type: OpCode.delete, path: '/c', version: -1 },
+    ] as const;
+    expect(readMultiResults(body(ok.frame()), ops)).toEqual([{ err: 0, path: '/a' }, { err: 0, path: '/b' }, { err: 0 }]);
 
     const failed = new JuteWriter().int(-1).bool(false).int(0).int(0).int(-1).bool(false).int(-110).int(-110).int(-1).bool(false).int(-2).int(-2).int(-1).bool(true).int(-1);
-    expect(readMultiResults(body(failed.frame()))).toEqual([{ err: 0 }, { err: -110 }, { err: -2 }]);
-    expect(() => readMultiResults(body(new JuteWriter().int(99).bool(false).int(0).frame()))).toThrow(JuteDecodeError);
-    expect(() => readMultiResults(body(new JuteWriter().int(1).bool(false).int(0).frame()))).toThrow(JuteDecodeError);
+    expect(readMultiResults(body(failed.frame()), ops)).toEqual([{ err: 0 }, { err: -110 }, { err: -2 }]);
+    expect(() => readMultiResults(body(new JuteWriter().int(99).bool(false).int(0).frame()), ops)).toThrow(JuteDecodeError);
+    expect(() => readMultiResults(body(new JuteWriter().int(1).bool(false).int(0).frame()), ops)).toThrow(JuteDecodeError);
   });
 });
 
