@@ -252,12 +252,13 @@ export class LockEngine {
   private untilNoneHeld(graceMs: number): Promise<void> {
     if (this.bound.size === 0 || graceMs === 0) return Promise.resolve();
     return new Promise((resolve) => {
+      const { clock } = this.connection;
       const done = () => {
-        clearTimeout(timer);
+        clock.clearTimeout(timer);
         this.onNoneHeld = undefined;
         resolve();
       };
-      const timer = setTimeout(done, graceMs);
+      const timer = clock.setTimeout(done, graceMs);
       this.onNoneHeld = done;
     });
   }

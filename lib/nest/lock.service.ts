@@ -126,18 +126,19 @@ export class LockService {
   private shuttingDown = false;
 
   /**
-   * @internal `@WithLock`'s `minHoldMs`: releases `lease` at `at` (a `performance.now()` time), or
+   * @internal `@WithLock`'s `minHoldMs`: releases `lease` at `at` (a time on the connection's clock), or
    * now if that has passed or the application is shutting down (`releaseHeldForMinimum`).
    */
   releaseAt(lease: Lease, at: number): void {
-    const remaining = at - performance.now();
+    const { clock } = this.connection;
+    const remaining = at - clock.now();
     if (remaining <= 0 || this.shuttingDown) return void lease.release();
     const release = () => {
-      clearTimeout(timer);
+      clock.clearTimeout(timer);
       this.heldForMinimum.delete(release);
       void lease.release();
     };
-    const timer = setTimeout(release, remaining).unref();
+    const timer = clock.setTimeout(release, remaining).unref();
     this.heldForMinimum.add(release);
   }
 

@@ -121,9 +121,9 @@ export type KeyFitsMethod<K, T extends (...args: any[]) => unknown> = K extends 
 
 /** One invocation of a decorated method. */
 class LockedCall {
-  /** On the monotonic clock: a wall-clock step must not stretch a hold. */
-  private readonly started = performance.now();
-  /** When the lock may go at the earliest (performance.now()): `minHoldMs` after the start. */
+  /** On the connection's (monotonic) clock: a wall-clock step must not stretch a hold. */
+  private readonly started: number;
+  /** When the lock may go at the earliest (on that clock): `minHoldMs` after the start. */
   private readonly holdUntil: number;
 
   constructor(
@@ -139,6 +139,7 @@ class LockedCall {
     // A job that tries once gets a hold from its schedule, so a late instance skips the tick; one
     // that waits (waitMs) asks to run on every instance in turn, so its hold would only delay them.
     const triesOnce = (options.waitMs ?? service.defaultWaitMs) === 0;
+    this.started = service.connection.clock.now();
     this.holdUntil = this.started + (options.minHoldMs ?? (triesOnce ? defaultJobHoldMs(wrapper, label) : 0));
   }
 

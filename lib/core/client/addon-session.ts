@@ -110,7 +110,7 @@ export class NativeZkSession implements ZkSession {
   private readonly ops: NativeOps;
   private closed = false;
   /**
-   * A lower bound (performance.now()) of when the leader last heard of us (see RequestClock): from
+   * A lower bound (clock time) of when the leader last heard of us (see RequestClock): from
    * answers to writes and syncs only (VIA_LEADER), less the time a follower takes to report us to
    * the leader. The leader expires the session one timeout after it last heard of it, so this, not
    * the last packet received, bounds how long the session can live: watch events, late replies and
@@ -156,7 +156,7 @@ export class NativeZkSession implements ZkSession {
     this.native = new (loadAddon())(config);
     this.ops = this.native.native ?? this.native;
     const multi = this.ops.a_multi?.bind(this.ops);
-    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
+    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined), this.clock);
     this.native.on('connect', () => {
       // The C client wrote its ConnectRequest out of our sight, some time before this: a new
       // session's deadline counts from the handle's creation (RequestClock's start), a re-attached
@@ -178,7 +178,7 @@ export class NativeZkSession implements ZkSession {
     });
     // Never from inside a native callback: the binding would poll a new socket whose fd number
     // the old handle (closed in that callback) still has registered with libuv, and abort.
-    setImmediate(() => {
+    this.clock.setImmediate(() => {
       if (!this.closed) this.native.init({});
     });
   }

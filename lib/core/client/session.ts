@@ -74,7 +74,7 @@ export interface ZkSession {
   readonly isConnectedNatively: boolean;
   readonly isClosed: boolean;
   /**
-   * A lower bound (performance.now()) of when the leader last heard of us, from the answers to
+   * A lower bound (clock time) of when the leader last heard of us, from the answers to
    * writes and syncs (see RequestClock).
    */
   readonly lastAnsweredSentAt: number;

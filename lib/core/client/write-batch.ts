@@ -1,4 +1,5 @@
 import { parentOf } from '../paths.js';
+import { systemClock, type Clock } from '../clock.js';
 import { ZkCode } from './zk-error.js';
 import { answeredByServer } from './session-bookkeeping.js';
 
@@ -80,6 +81,8 @@ export class WriteBatcher {
     private readonly multi: MultiCall | undefined,
     /** The code every waiting request fails with once the session is closed (undefined while open). */
     private readonly closedCode: () => number | undefined,
+    /** Where the end-of-turn flush is scheduled (the session's clock). */
+    private readonly clock: Pick<Clock, 'setImmediate'> = systemClock,
   ) {}
 
   submit(request: QueuedRequest): void {
@@ -99,7 +102,7 @@ export class WriteBatcher {
   private schedule(): void {
     if (this.flushScheduled || this.writesInFlight > 0 || this.queue.length === 0) return;
     this.flushScheduled = true;
-    setImmediate(() => {
+    this.clock.setImmediate(() => {
       this.flushScheduled = false;
       this.flush();
     });

@@ -118,7 +118,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * When the link last came up (counted as connected) and went down (performance.now()), and how
+   * When the link last came up (counted as connected) and went down (clock time), and how
    * long its oldest request had gone unanswered then: for a deadline whose timer ran late.
    */
   readonly links = { upAt: Infinity, downAt: -Infinity, unansweredAtDown: 0 };

@@ -6,6 +6,7 @@ import type { QueueEntry } from '../queue/lock-queue.js';
 import { parentOf } from '../paths.js';
 import { isRevokeRequest } from '../operations/holder-data.js';
 import type { Revocable } from '../recipes/revocation.js';
+import type { Clock, ClockTimer } from '../clock.js';
 
 /**
  * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after
@@ -61,21 +62,24 @@ export abstract class HeldLease implements Lease {
   abstract readonly sessionId: string;
   abstract readonly path: string;
   abstract readonly fencingToken: bigint;
-  private readonly heldSince = performance.now();
+  private readonly heldSince: number;
   /** Made when first needed: most leases are released without anyone reading the signal. */
   private controller: AbortController | undefined;
   private ended = false;
   private releasing: Promise<void> | undefined;
   /** Settles once loss detection is in place (e.g. the watch's reply came). */
   private armed: Promise<boolean> | undefined;
-  private readonly leaseTimer: NodeJS.Timeout | undefined;
+  private readonly leaseTimer: ClockTimer | undefined;
 
   constructor(
     readonly name: string,
     protected readonly options: LeaseOptions,
+    /** The connection's clock: the hold's start and its `leaseMs` timer. */
+    protected readonly clock: Clock,
   ) {
+    this.heldSince = clock.now();
     if (options.leaseMs !== undefined) {
-      this.leaseTimer = setTimeout(() => {
+      this.leaseTimer = clock.setTimeout(() => {
         this.lose('lease-expired');
         void this.free();
       }, options.leaseMs);
@@ -138,7 +142,7 @@ export abstract class HeldLease implements Lease {
     if (this.releasing) return this.releasing;
     if (this.ended) return Promise.resolve();
     this.end('released');
-    if (!this.options.silent) publish('released', () => ({ ...this.describe(), heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish('released', () => ({ ...this.describe(), heldMs: this.clock.now() - this.heldSince }));
     this.releasing = this.free();
     return this.releasing;
   }
@@ -151,7 +155,7 @@ export abstract class HeldLease implements Lease {
   lose(reason: LockLostReason): void {
     if (this.ended) return;
     this.end(reason);
-    if (!this.options.silent) publish('lost', () => ({ ...this.describe(), reason, heldMs: performance.now() - this.heldSince }));
+    if (!this.options.silent) publish('lost', () => ({ ...this.describe(), reason, heldMs: this.clock.now() - this.heldSince }));
     this.controller ??= this.newController();
     this.controller.abort(new LockLostError(this.name, reason));
   }
@@ -172,7 +176,7 @@ export abstract class HeldLease implements Lease {
 
   protected end(reason: LockLostReason | 'released'): void {
     this.ended = true;
-    clearTimeout(this.leaseTimer);
+    this.clock.clearTimeout(this.leaseTimer);
     this.options.onEnd?.(reason);
   }
 }
@@ -188,7 +192,7 @@ export class NodeLease extends HeldLease implements SessionBound {
     private readonly entry: QueueEntry,
     options: LeaseOptions = {},
   ) {
-    super(name, options);
+    super(name, options, engine.connection.clock);
     this.sessionId = entry.session.id;
     this.untrack = engine.track(this);
     // A revocable holder listens from the start: a request must not wait for someone to read the signal.

@@ -1,6 +1,7 @@
 import type { ZkConnection } from '../connection/zk-connection.js';
 import type { ZkSession } from '../client/session.js';
 import { isZkCode, ZkCode } from '../client/zk-error.js';
+import type { ClockTimer } from '../clock.js';
 
 /**
  * How long a lock path must go unused after our release before we delete it (if empty): the
@@ -31,7 +32,7 @@ export class LockPaths {
   private readonly known = new Map<string, boolean>();
   /** Released here, by time of the release, oldest first. */
   private readonly idle = new Map<string, number>();
-  private timer: NodeJS.Timeout | undefined;
+  private timer: ClockTimer | undefined;
 
   constructor(
     private readonly connection: ZkConnection,
@@ -68,15 +69,15 @@ export class LockPaths {
   released(path: string): void {
     if (this.known.get(path) !== true) return;
     this.idle.delete(path); // to the end of the order
-    this.idle.set(path, performance.now());
+    this.idle.set(path, this.connection.clock.now());
     if (this.idle.size > this.maxIdle) this.sweep(this.idle.size - this.maxIdle);
-    this.timer ??= setInterval(() => this.sweep(), SWEEP_EVERY_MS).unref();
+    this.timer ??= this.connection.clock.setInterval(() => this.sweep(), SWEEP_EVERY_MS).unref();
   }
 
   /** Deletes the paths idle long enough, oldest first (and `early` more, to keep within maxIdle). */
   private sweep(early = 0): void {
     const session = this.connection.state === 'connected' ? this.connection.session : undefined;
-    const idleBefore = performance.now() - PARENT_IDLE_MS;
+    const idleBefore = this.connection.clock.now() - PARENT_IDLE_MS;
     for (const [path, releasedAt] of this.idle) {
       if (releasedAt >= idleBefore && early-- <= 0) break;
       this.idle.delete(path);
@@ -97,7 +98,7 @@ export class LockPaths {
   }
 
   stop(): void {
-    clearInterval(this.timer);
+    this.connection.clock.clearInterval(this.timer);
     this.timer = undefined;
   }
 }

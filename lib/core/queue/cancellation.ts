@@ -31,9 +31,10 @@ export class Cancellation {
     // (about half a second) spent all but those moments queued behind holders: contention. A
     // try-once that got no answer within its bound met a link that does not answer.
     const bound = waitMs === undefined ? 0 : Math.min(UNANSWERED_MS, waitMs / 2);
-    const due = waitMs === undefined ? 0 : performance.now() + waitMs;
+    const { clock } = connection;
+    const due = waitMs === undefined ? 0 : clock.now() + waitMs;
     const links = connection.links;
-    let recheck: NodeJS.Immediate | undefined;
+    let stopped = false;
     const onDeadline = () => {
       if (waitMs === 0) return this.settle({ reason: 'connection' });
       if (connection.state !== 'connected') {
@@ -51,23 +52,23 @@ export class Cancellation {
       // setImmediate), and do not count the stall, during which nothing could have been read, as
       // the link's silence. Without this, waits that rode over a leader election were answered 503
       // at their deadline on a loaded host, with ZooKeeper answering again.
-      const stalledMs = Math.max(0, performance.now() - due);
-      recheck = setImmediate(() => {
-        recheck = undefined;
+      const stalledMs = Math.max(0, clock.now() - due);
+      clock.setImmediate(() => {
+        if (stopped) return;
         const silentMs = (connection.session?.unansweredForMs() ?? 0) - stalledMs;
         this.settle({ reason: connection.state !== 'connected' || silentMs >= bound ? 'connection' : 'timeout' });
       });
     };
     // Unref'd: the pending acquire keeps the process alive, not its deadline (see ZkConnection.keepAliveUntilSettled).
-    const timer = waitMs === undefined ? undefined : setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS).unref();
+    const timer = waitMs === undefined ? undefined : clock.setTimeout(onDeadline, waitMs > 0 ? waitMs : TRY_ONCE_BOUND_MS).unref();
     const onAbort = () => this.settle({ reason: 'aborted', error: signal?.reason });
     const offAbort = signal ? onAbortOf(signal, onAbort) : undefined;
     const offStop = engine.onStop((error) => this.settle({ reason: 'connection', error }));
     // Try-once never waits for a connection: not connected now, or disconnected meanwhile, fails it.
     const offDisconnect = waitMs === 0 ? engine.onDisconnect(() => this.settle({ reason: 'connection' })) : undefined;
     this.stopListening = () => {
-      clearTimeout(timer);
-      if (recheck) clearImmediate(recheck);
+      stopped = true;
+      clock.clearTimeout(timer);
       offAbort?.();
       offStop();
       offDisconnect?.();

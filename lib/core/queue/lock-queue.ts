@@ -8,6 +8,7 @@ import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren 
 import type { Created, Listing } from '../operations/zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import type { WatchEventType, ZkSession } from '../client/session.js';
+import { sleep, type Clock, type ClockTimer } from '../clock.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =
@@ -132,7 +133,7 @@ class QueueWaiter {
     } catch (error) {
       // Like Curator, reject only once our node is deleted, unless that needs a reconnect.
       const reachable = this.engine.connection.state === 'connected' && this.cancellation.current?.reason !== 'connection';
-      if (this.cleanup && reachable) await settleWithin(this.cleanup, CLEANUP_WAIT_MS);
+      if (this.cleanup && reachable) await settleWithin(this.engine.connection.clock, this.cleanup, CLEANUP_WAIT_MS);
       if (error instanceof ConnectionClosedError) this.cancellation.settle({ reason: 'connection', error });
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
@@ -208,7 +209,8 @@ class QueueWaiter {
           // A random pause before racing again breaks the symmetry between racers (and makes the
           // order random); it grows with consecutive losses so transient nodes stop colliding.
           this.losses++;
-          await this.untilCancelled(delay(Math.random() * Math.min(2 ** this.losses, 64)));
+          const { clock } = this.engine.connection;
+          await this.untilCancelled(sleep(clock, clock.random() * Math.min(2 ** this.losses, 64)));
           return undefined;
         }
         const next = await this.waitFor(session, path, verdict);
@@ -373,12 +375,8 @@ const CANCELLED = Symbol('cancelled');
 /** How long a giving-up acquire waits for its node's delete before rejecting (it goes on after). */
 const CLEANUP_WAIT_MS = 2_000;
 
-function delay(ms: number): Promise<void> {
-  return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-async function settleWithin(work: Promise<unknown>, ms: number): Promise<void> {
-  let timer: NodeJS.Timeout | undefined;
-  await Promise.race([work.catch(() => undefined), new Promise((resolve) => (timer = setTimeout(resolve, ms)))]);
-  clearTimeout(timer);
+async function settleWithin(clock: Clock, work: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ClockTimer | undefined;
+  await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = clock.setTimeout(resolve, ms)))]);
+  clock.clearTimeout(timer);
 }

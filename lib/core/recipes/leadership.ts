@@ -9,6 +9,7 @@ import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
 import { exclusiveVerdict } from './mutex.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import { LATCH_NODE } from './node-names.js';
+import { sleep } from '../clock.js';
 
 /** @publicApi */
 export interface LeadershipOptions {
@@ -279,7 +280,7 @@ export class Leadership extends EventEmitter<LeadershipEvents> {
         const problem = error instanceof ZkError ? `ZkError ${error.codeName}` : String(error);
         if (problem !== lastProblem) this.engine.warn(`leader election ${JSON.stringify(this.name)} cannot queue (${String(error)}); retrying`);
         lastProblem = problem;
-        await new Promise((resolve) => setTimeout(resolve, Math.min(5000, 100 * 2 ** failures++)).unref());
+        await sleep(this.engine.connection.clock, Math.min(5000, 100 * 2 ** failures++));
         continue;
       } finally {
         this.cancelQueueing = undefined;

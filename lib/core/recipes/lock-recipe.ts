@@ -71,7 +71,8 @@ export abstract class LockRecipe implements Lockable {
       const held = LockContext.heldByChain(this.contextKey);
       if (held instanceof ReentrantHandle && held.isHeld && this.owns(held)) return held.reenter();
     }
-    const started = performance.now();
+    const { clock } = this.engine.connection;
+    const started = clock.now();
     if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
     let lease: Lease;
     try {
@@ -91,7 +92,7 @@ export abstract class LockRecipe implements Lockable {
         lockPath: this.path,
         kind: this.kind,
         reason: error instanceof LockNotAcquiredError ? error.reason : 'error',
-        waitedMs: performance.now() - started,
+        waitedMs: clock.now() - started,
       }));
       throw error;
     }
@@ -101,7 +102,7 @@ export abstract class LockRecipe implements Lockable {
       lockPath: this.path,
       leases: 'leases' in lease ? (lease.leases as unknown[]).length : 1,
       kind: this.kind,
-      waitedMs: performance.now() - started,
+      waitedMs: clock.now() - started,
       fencingToken: lease.fencingToken,
     }));
     return this.reentrant ? new CountedLease(lease).handle() : lease;

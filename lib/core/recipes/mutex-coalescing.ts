@@ -6,6 +6,7 @@ import type { LockEngine } from '../lock-engine.js';
 import { MAX_LOCAL_HANDOFFS } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
+import type { ClockTimer } from '../clock.js';
 
 interface LocalWaiter {
   name: string;
@@ -28,7 +29,7 @@ interface OwnNode {
   watched?: Promise<void>;
   watchesSet: boolean;
   /** Kept with no holder (`retainMs`): ends it when the time is up, at a disconnection or at shutdown. */
-  retention?: { timer: NodeJS.Timeout; stopWatchingEngine: () => void; stopWatchingLink: () => void };
+  retention?: { timer: ClockTimer; stopWatchingEngine: () => void; stopWatchingLink: () => void };
 }
 
 export interface LocalQueueOptions {
@@ -70,6 +71,10 @@ export class LocalQueue {
     private readonly options: LocalQueueOptions,
     private readonly unregister: () => void,
   ) {}
+
+  get clock() {
+    return this.engine.connection.clock;
+  }
 
   acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
@@ -237,8 +242,7 @@ export class LocalQueue {
     if (retainMs <= 0 || own.othersMayWait || !this.mayHandOff(own) && own.watchesSet) return false;
     if (this.engine.connection.state !== 'connected' || this.engine.isShuttingDown) return false;
     this.watchForHandoff(own);
-    const timer = setTimeout(() => this.endRetention(own), retainMs);
-    timer.unref();
+    const timer = this.engine.connection.clock.setTimeout(() => this.endRetention(own), retainMs).unref();
     own.retention = {
       timer,
       stopWatchingEngine: this.engine.onStop(() => this.endRetention(own)),
@@ -251,7 +255,7 @@ export class LocalQueue {
 
   private stopRetaining(own: OwnNode): void {
     if (!own.retention) return;
-    clearTimeout(own.retention.timer);
+    this.engine.connection.clock.clearTimeout(own.retention.timer);
     own.retention.stopWatchingEngine();
     own.retention.stopWatchingLink();
     own.retention = undefined;
@@ -349,7 +353,7 @@ export class LocalLease extends HeldLease {
     readonly fencingToken: bigint,
     options: LeaseOptions,
   ) {
-    super(name, options);
+    super(name, options, queue.clock);
     this.sessionId = node.sessionId;
     this.path = node.path;
   }

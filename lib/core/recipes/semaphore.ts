@@ -11,6 +11,7 @@ import { NodeLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { Mutex } from './mutex.js';
 import { LEASE_NODE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS } from './node-names.js';
+import type { ClockTimer } from '../clock.js';
 
 export interface SemaphoreOptions {
   /** How many leases may be held at once. Every participant must use the same number. */
@@ -139,8 +140,8 @@ export class Semaphore extends LockRecipe {
     const connection = this.engine.connection;
     const unavailable = () => notAcquiredError(this.name, 'connection', true, connection.state === 'closed' ? new ConnectionClosedError() : undefined);
     if (connection.state !== 'connected' || !connection.session) throw unavailable();
-    let timer: NodeJS.Timeout | undefined;
-    const bound = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(unavailable()), TRY_ONCE_BOUND_MS)));
+    let timer: ClockTimer | undefined;
+    const bound = new Promise<never>((_, reject) => (timer = connection.clock.setTimeout(() => reject(unavailable()), TRY_ONCE_BOUND_MS)));
     try {
       return await Promise.race([connection.session.getChildren(this.leasesPath).then(({ children }) => children.length), bound]);
     } catch (error) {
@@ -148,7 +149,7 @@ export class Semaphore extends LockRecipe {
       if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) throw notAcquiredError(this.name, 'connection', true, error);
       throw error;
     } finally {
-      clearTimeout(timer);
+      connection.clock.clearTimeout(timer);
     }
   }
 

@@ -178,7 +178,7 @@ export class WireZkSession implements ZkSession {
       this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
     }
     const multi: MultiCall = (ops, cb) => this.sendMulti(ops, cb);
-    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined));
+    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined), this.clock);
     this.timer = this.clock.setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
     void this.connectNext();
   }
