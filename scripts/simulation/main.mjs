@@ -32,8 +32,13 @@ const { values: args } = parseArgs({
 
 const dist = resolve(String(args.lib ?? resolve(REPO_ROOT, 'dist')));
 const load = (/** @type {string} */ path) => import(pathToFileURL(resolve(dist, path)).href);
-const [{ ZkConnection, lossMarginMs }, { wireSessionFactoryWith }] = await Promise.all([load('core/connection/zk-connection.js'), load('core/client/wire/session.js')]);
-const lib = { ZkConnection, wireSessionFactoryWith, lossMarginMs };
+const [{ ZkConnection, lossMarginMs }, { wireSessionFactoryWith }, core] = await Promise.all([
+  load('core/connection/zk-connection.js'),
+  load('core/client/wire/session.js'),
+  load('core/index.js'),
+]);
+const { LockEngine, Mutex, LockNotAcquiredError, ConnectionClosedError } = core;
+const lib = { ZkConnection, wireSessionFactoryWith, lossMarginMs, LockEngine, Mutex, LockNotAcquiredError, ConnectionClosedError };
 
 const listed = typeof args.seeds === 'string' ? args.seeds.split(',').map(Number) : undefined;
 const first = Number(args.seed ?? Date.now() % 1_000_000_000);
@@ -46,7 +51,7 @@ const started = Date.now();
 let next = 0;
 let done = 0;
 let failed = 0;
-const totals = { sessions: 0, losses: 0, spuriousLosses: 0, expiries: 0, unforeseeable: 0, events: 0, stuck: 0 };
+const totals = { sessions: 0, losses: 0, spuriousLosses: 0, expiries: 0, unforeseeable: 0, holds: 0, events: 0, stuck: 0 };
 /** @type {number[]} */
 const slack = [];
 /** @type {object[]} */
@@ -66,6 +71,7 @@ async function worker() {
     totals.spuriousLosses += result.stats.spuriousLosses;
     totals.expiries += result.stats.expiries;
     totals.unforeseeable += result.stats.unforeseeable;
+    totals.holds += result.stats.holds;
     totals.events += result.stats.events;
     totals.stuck += result.stats.stuck ? 1 : 0;
     slack.push(...result.stats.spuriousSlackMs);
@@ -86,6 +92,7 @@ console.log(
   `${done} worlds in ${seconds.toFixed(1)} s (${Math.round((done / seconds) * 60)} a minute), ${failed} with a violation; ` +
     `${totals.sessions} sessions, ${totals.expiries} expired by the leader (${totals.unforeseeable} after a re-attach shortened the timeout, before the client read its answer), ` +
     `${totals.losses} declared lost by the client, ` +
+    `${totals.holds} lock holds, ` +
     `${totals.spuriousLosses} of them while the ensemble still held the session (median ${median.toFixed(0)} ms before the leader would have expired it); ` +
     `${totals.stuck} worlds not connected at the end; ${totals.events} events`,
 );

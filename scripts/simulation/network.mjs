@@ -4,7 +4,7 @@
 // side closed meanwhile); a reset closes both ends and loses what was in flight.
 import { EventEmitter } from 'node:events';
 
-/** The state of the path from the client to one server. */
+/** The state of the path from one client to one server. */
 export class Path {
   latencyMs = 0.3;
   /** Nothing passes either way until then (held, not lost). */
@@ -35,10 +35,12 @@ export class Link {
    * @param {import('./virtual-clock.mjs').VirtualClock} clock
    * @param {Path} path
    * @param {boolean} accepting whether a server listens at the other end
+   * @param {number} client the client (process) at this end
    */
-  constructor(clock, path, accepting) {
+  constructor(clock, path, accepting, client) {
     this.clock = clock;
     this.path = path;
+    this.client = client;
     this.socket = new SimSocket(this);
     const arrival = this.arrival('toClient') + this.path.latencyMs; // SYN, SYN-ACK
     clock.at(
@@ -49,7 +51,7 @@ export class Link {
         this.state = 'open';
         this.socket.emit('connect');
       },
-      true,
+      client,
     );
   }
 
@@ -78,20 +80,20 @@ export class Link {
     const wasOpen = this.state === 'open';
     this.state = 'closed';
     if (wasOpen) this.clock.at(this.arrival('toServer'), () => this.onClose());
-    this.clock.at(this.clock.now, () => this.socket.emit('close'), true);
+    this.clock.at(this.clock.now, () => this.socket.emit('close'), this.client);
   }
 
   /** The server sends a frame. @param {Buffer} frame */
   serverSend(frame) {
     if (this.state !== 'open') return;
-    this.clock.at(this.arrival('toClient'), () => !this.socket.destroyed && this.socket.emit('data', frame), true);
+    this.clock.at(this.arrival('toClient'), () => !this.socket.destroyed && this.socket.emit('data', frame), this.client);
   }
 
   /** The server closes the connection: the client hears of it after what was sent before. */
   serverClose() {
     if (this.state !== 'open') return;
     this.state = 'closed';
-    this.clock.at(this.arrival('toClient'), () => this.closeClientSide(), true);
+    this.clock.at(this.arrival('toClient'), () => this.closeClientSide(), this.client);
   }
 
   /** A reset (a server process killed, a RST): both ends close now, what was in flight is lost. */
@@ -99,7 +101,7 @@ export class Link {
     if (this.state === 'closed') return;
     this.state = 'closed';
     this.toClientAt = Infinity; // nothing in flight arrives any more
-    this.clock.at(this.clock.now + this.path.latencyMs, () => this.closeClientSide(new Error('read ECONNRESET')), true);
+    this.clock.at(this.clock.now + this.path.latencyMs, () => this.closeClientSide(new Error('read ECONNRESET')), this.client);
     this.onClose();
   }
 

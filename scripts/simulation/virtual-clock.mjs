@@ -1,8 +1,8 @@
 // Virtual time for the session simulation: one queue of events ordered by (time, due, sequence).
 // Two kinds of events: the model's (ZooKeeper servers and the network: plain synchronous code)
-// and the client's (the library's timers and what its sockets receive). A client stall (its event
-// loop blocked) defers the client's events to the stall's end, in the order they were due, while
-// the model's run on time: the servers do not wait for a stalled client.
+// and each client's (the library's timers and what its sockets receive; a client is a process,
+// numbered). A client's stall (its event loop blocked) defers that client's events to the stall's
+// end, in the order they were due, while the model's and the other clients' run on time.
 
 /**
  * @typedef {object} VirtualTimer
@@ -11,12 +11,12 @@
  * @property {boolean} cancelled
  */
 
-/** @typedef {{ time: number, due: number, seq: number, client: boolean, run: () => void, timer?: VirtualTimer }} QueuedEvent */
+/** @typedef {{ time: number, due: number, seq: number, client: number | undefined, run: () => void, timer?: VirtualTimer }} QueuedEvent */
 
 export class VirtualClock {
   now = 0;
-  /** The client's event loop is blocked until then. */
-  stalledUntil = 0;
+  /** Until when each client's event loop is blocked. @private @type {Map<number, number>} */
+  stalls = new Map();
   /** @private */
   seq = 0;
   /** @private @type {QueuedEvent[]} a binary heap */
@@ -29,18 +29,18 @@ export class VirtualClock {
     this.random = random;
   }
 
-  /** The Clock the library under test is given (lib/core/clock.ts). */
-  clientClock() {
+  /** The Clock client `client` (a process) is given (lib/core/clock.ts). */
+  clientClock(client = 0) {
     /** @param {() => void} run @param {number} ms */
     const timer = (run, ms, every = 0) => {
       /** @type {VirtualTimer} */
       const handle = { unref: () => handle, ref: () => handle, cancelled: false };
       const fire = () => {
         if (handle.cancelled) return;
-        if (every > 0) this.at(this.now + every, fire, true, handle);
+        if (every > 0) this.at(this.now + every, fire, client, handle);
         run();
       };
-      this.at(this.now + Math.max(0, ms || 0), fire, true, handle);
+      this.at(this.now + Math.max(0, ms || 0), fire, client, handle);
       return handle;
     };
     /** @param {VirtualTimer | undefined} handle */
@@ -56,19 +56,19 @@ export class VirtualClock {
       setInterval: (run, ms) => timer(run, ms, Math.max(1, ms)),
       clearInterval: cancel,
       /** @param {() => void} run */
-      setImmediate: (run) => void this.at(this.now, run, true),
+      setImmediate: (run) => void this.at(this.now, run, client),
       random: () => this.random(),
     };
   }
 
   /**
-   * Runs `run` at `time` (the model's event unless `client`).
+   * Runs `run` at `time`: the model's event, or client `client`'s.
    * @param {number} time
    * @param {() => void} run
-   * @param {boolean} [client]
+   * @param {number} [client]
    * @param {VirtualTimer} [timer]
    */
-  at(time, run, client = false, timer) {
+  at(time, run, client, timer) {
     const t = Math.max(time, this.now);
     this.push({ time: t, due: t, seq: this.seq++, client, run, timer });
   }
@@ -78,13 +78,19 @@ export class VirtualClock {
     this.at(this.now + ms, run);
   }
 
-  /** Blocks the client's event loop from now for `ms` (the model goes on). */
-  stallClient(ms) {
-    this.stalledUntil = Math.max(this.stalledUntil, this.now + ms);
+  /** Blocks client `client`'s event loop from now for `ms` (the model and the others go on). @param {number} client @param {number} ms */
+  stallClient(client, ms) {
+    this.stalls.set(client, Math.max(this.stalledUntil(client), this.now + ms));
   }
 
-  get clientStalled() {
-    return this.now < this.stalledUntil;
+  /** @param {number} client */
+  stalledUntil(client) {
+    return this.stalls.get(client) ?? 0;
+  }
+
+  /** @param {number} client */
+  clientStalled(client) {
+    return this.now < this.stalledUntil(client);
   }
 
   /**
@@ -100,8 +106,8 @@ export class VirtualClock {
       if (!event || event.time > until) return undefined;
       this.pop();
       if (event.timer?.cancelled) continue;
-      if (event.client && event.time < this.stalledUntil) {
-        this.push({ ...event, time: this.stalledUntil });
+      if (event.client !== undefined && event.time < this.stalledUntil(event.client)) {
+        this.push({ ...event, time: this.stalledUntil(event.client) });
         continue;
       }
       this.now = event.time;

@@ -4,9 +4,11 @@
 
 export const Op = {
   create: 1, delete: 2, exists: 3, getData: 4, setData: 5, getACL: 6, setACL: 7, sync: 9, ping: 11,
-  getChildren2: 12, multi: 14, create2: 15, createContainer: 19, auth: 100, setWatches: 101, closeSession: -11,
+  getChildren2: 12, check: 13, multi: 14, create2: 15, createContainer: 19, auth: 100, setWatches: 101, closeSession: -11, error: -1,
 };
 export const Err = { OK: 0, NONODE: -101, NODEEXISTS: -110, SESSIONEXPIRED: -112, UNIMPLEMENTED: -6 };
+export const NOTIFICATION_XID = -1;
+export const AUTH_XID = -4;
 export const PING_XID = -2;
 export const SET_WATCHES_XID = -8;
 
@@ -40,6 +42,18 @@ export class Reader {
   }
   string() {
     return this.buffer().toString('utf8');
+  }
+  /** @returns {string[]} */
+  strings() {
+    const count = this.int();
+    const items = [];
+    for (let i = 0; i < count; i++) items.push(this.string());
+    return items;
+  }
+  /** An ACL vector, skipped. */
+  acl() {
+    const count = this.int();
+    for (let i = 0; i < count; i++) (this.int(), this.string(), this.string());
   }
 }
 
@@ -76,9 +90,16 @@ export class Writer {
   string(v) {
     return this.buffer(Buffer.from(v, 'utf8'));
   }
-  /** @param {{ czxid: bigint, numChildren: number, ephemeralOwner: bigint }} s */
-  stat(s) {
-    return this.long(s.czxid).long(s.czxid).long(0n).long(0n).int(0).int(0).int(0).long(s.ephemeralOwner).int(0).int(s.numChildren).long(s.czxid);
+  /** A Stat. @param {import('./zookeeper-data.mjs').ZNode} n */
+  stat(n) {
+    const time = BigInt(n.ctime);
+    return this.long(n.czxid).long(n.mzxid).long(time).long(time).int(n.version).int(n.cversion).int(0).long(n.owner).int(n.data.length).int(n.children.size).long(n.pzxid);
+  }
+  /** @param {string[]} items */
+  strings(items) {
+    this.int(items.length);
+    for (const item of items) this.string(item);
+    return this;
   }
   frame() {
     const body = Buffer.concat(this.parts);

@@ -6,16 +6,22 @@
 //   ping, every tickTime/2; the leader touches them when that reply arrives;
 // - a follower answers pings and reads itself; writes, syncs, createSession and the
 //   revalidation of a re-attach go to the leader and come back, each way over its link;
-// - answers to one connection go out in the order of its requests (a ping waits behind a sync);
+// - a connection's requests are carried out and answered in order (a read, a ping waits behind
+//   the session's pending sync or write, and sees what that write did);
 // - a new session's clock starts when the leader processes its createSession, before the
 //   answer; a re-attach touches the session with the timeout negotiated there (possibly shorter);
 // - a follower that hears nothing from the leader for syncLimit ticks stops serving (closes its
 //   clients) until it rejoins; the leader drops a follower it has not heard from as long;
 // - a new leader (after a kill) or a restarted standalone server tracks every session again
 //   from its start, with the timeout it was created with; a restart may bring other min/max
-//   session timeouts.
+//   session timeouts;
+// - each server has its own copy of the tree (zookeeper-data.mjs): the leader prepares writes
+//   and sends each transaction to its followers, which apply it (and fire their watches) when it
+//   arrives, so a lagging or cut-off follower answers reads from an older tree; a follower that
+//   rejoins takes the leader's tree; a server refuses a client that saw a newer zxid than it has.
 import { Link, Path } from './network.mjs';
-import { Err, Op, PING_XID, Reader, SET_WATCHES_XID, Writer } from './wire.mjs';
+import { AUTH_XID, Err, NOTIFICATION_XID, Op, PING_XID, Reader, SET_WATCHES_XID, Writer } from './wire.mjs';
+import { DataTree, EventType, Watches } from './zookeeper-data.mjs';
 
 /**
  * @typedef {object} ModelConfig
@@ -38,13 +44,12 @@ export class ZooKeeperModel {
   servers = [];
   /** @type {Server | undefined} the current leader (undefined during an election) */
   leader;
+  /** The tree a new leader starts from (the last leader's, kept when it went down). @type {DataTree | undefined} */
+  committedTree;
   /** Sessions in the data tree (committed; survive leader changes). @type {Map<bigint, StoredSession>} */
   stored = new Map();
   /** The leader's session tracker. @type {Map<bigint, TrackedSession>} */
   tracked = new Map();
-  /** @type {Map<string, { owner: bigint, czxid: bigint }>} */
-  nodes = new Map();
-  zxid = 1n;
   nextSessionId = 0x1000n;
   /** Listeners of the leader's decisions (the checker). */
   hooks = {
@@ -79,12 +84,14 @@ export class ZooKeeperModel {
       .join(',');
   }
 
-  /** The client's Dial (WireSessionOptions.dial). */
-  dial = (/** @type {{ host: string }} */ address) => {
-    const server = this.servers.find((s) => s.host === address.host);
-    if (!server) throw new Error(`no server at ${address.host}`);
-    return server.accept().socket;
-  };
+  /** Client `client`'s Dial (WireSessionOptions.dial). @param {number} client */
+  dialFor(client) {
+    return (/** @type {{ host: string }} */ address) => {
+      const server = this.servers.find((s) => s.host === address.host);
+      if (!server) throw new Error(`no server at ${address.host}`);
+      return server.accept(client).socket;
+    };
+  }
 
   /** Hook for the checker and the triggers: every link the client opens. @type {(link: Link, server: Server) => void} */
   onLink = () => undefined;
@@ -137,24 +144,50 @@ export class ZooKeeperModel {
   /** The leader ends a session: expired, or closed by its client. @param {bigint} id @param {'expired' | 'closed'} why */
   closeSession(id, why) {
     const session = this.tracked.get(id);
-    if (!session) return;
+    const leader = this.leader;
+    if (!session || !leader) return;
     this.tracked.delete(id);
     this.stored.delete(id);
-    for (const [path, node] of this.nodes) if (node.owner === id) this.nodes.delete(path);
-    this.zxid++;
-    this.config.trace(`leader ${this.leader?.id}: session ${id.toString(16)} ${why}`);
+    this.config.trace(`leader ${leader.id}: session ${id.toString(16)} ${why}`);
     if (why === 'expired') this.hooks.expired(id, session);
-    for (const server of this.servers) {
-      if (server === this.leader) server.sessionClosed(id);
-      else if (server.role === 'follower') server.fromLeader.send(() => server.sessionClosed(id));
-    }
+    this.commit(leader, { type: 'closeSession', id }, (server) => server.sessionClosed(id));
+  }
+
+  /**
+   * The leader applies a transaction now (its watches fire) and, once a quorum acknowledged it,
+   * sends it to each follower, which applies it when it arrives; `then` runs on every server after
+   * it applied it. Returns the transaction's zxid.
+   * @param {Server} leader @param {import('./zookeeper-data.mjs').Txn} txn @param {(server: Server) => void} [then]
+   */
+  commit(leader, txn, then) {
+    const zxid = leader.tree.zxid + 1n;
+    const applied = { ...txn, zxid };
+    leader.applyTxn(applied);
+    then?.(leader);
+    const delay = this.commitDelay(leader);
+    if (delay === Infinity) return zxid;
+    this.clock.after(delay, () => {
+      if (this.leader !== leader) return;
+      for (const follower of leader.followers.keys()) {
+        follower.fromLeader.send(() => {
+          if (follower.role !== 'follower') return;
+          follower.applyTxn(applied);
+          then?.(follower);
+        });
+      }
+    });
+    return zxid;
   }
 
   /** A leader is elected among the servers that are up (after a kill): it tracks every stored session anew. */
   elect() {
+    if (this.leader) return; // elected already (the restarted server came back first)
     const candidates = this.servers.filter((s) => s.role !== 'down');
     if (candidates.length * 2 <= this.servers.length) return; // no quorum: try again later
     const leader = candidates[candidates.length - 1];
+    // What the old leader applied counts as committed (a simplification): the new one starts from it.
+    if (this.committedTree) leader.tree = this.committedTree;
+    this.committedTree = undefined;
     this.leader = leader;
     leader.role = 'leader';
     leader.followers.clear();
@@ -236,7 +269,7 @@ class Connection {
   timeout = 0;
   /** @type {'handshake' | 'open' | 'closed'} */
   state = 'handshake';
-  /** Answers in request order: each waits until ready. @type {{ frame: Buffer | undefined, close?: boolean }[]} */
+  /** Requests in order: each is carried out (`run`) once it is ready and all before it were. @type {PendingAnswer[]} */
   answers = [];
   /** @param {Server} server @param {Link} link */
   constructor(server, link) {
@@ -255,13 +288,16 @@ class Server {
   lastFromLeader = 0;
   /** The leader's followers and when it last heard from each. @type {Map<Server, number>} */
   followers = new Map();
+  /** This server's copy of the tree. */
+  tree = new DataTree();
+  /** @type {Watches<Connection>} */
+  watches = new Watches();
 
   /** @param {ZooKeeperModel} model @param {number} id */
   constructor(model, id) {
     this.model = model;
     this.id = id;
     this.host = `10.0.0.${id}`;
-    this.path = new Path();
     this.toLeader = new PeerPipe(model.clock);
     this.fromLeader = new PeerPipe(model.clock);
     this.minTimeoutMs = model.config.minTimeoutMs;
@@ -277,14 +313,25 @@ class Server {
     return this.role === 'leader' || this.role === 'follower';
   }
 
-  accept() {
-    const link = new Link(this.clock, this.path, this.role !== 'down');
+  /** The network path from client `client` to this server. @param {number} client */
+  pathFrom(client) {
+    let path = this.paths.get(client);
+    if (!path) this.paths.set(client, (path = new Path()));
+    return path;
+  }
+  /** @private @type {Map<number, Path>} */
+  paths = new Map();
+
+  /** @param {number} client */
+  accept(client) {
+    const link = new Link(this.clock, this.pathFrom(client), this.role !== 'down', client);
     const connection = new Connection(this, link);
     this.connections.add(connection);
     link.onData = (frame) => this.received(connection, frame);
     link.onClose = () => {
       connection.state = 'closed';
       this.connections.delete(connection);
+      this.watches.remove(connection);
     };
     this.model.onLink(link, this);
     return link;
@@ -300,8 +347,10 @@ class Server {
       this.toLeader.send(() => {
         if (this.model.leader !== leader || this.role === 'down') return;
         leader.followers.set(this, this.clock.now);
+        const snapshot = leader.tree.clone(); // the sync: a follower that rejoins takes the leader's tree
         this.fromLeader.send(() => {
           if (this.model.leader !== leader || this.role !== 'looking') return;
+          this.tree = snapshot;
           this.role = 'follower';
           this.lastFromLeader = this.clock.now;
           this.model.config.trace(`server ${this.id} follows ${leader.id}`);
@@ -350,8 +399,7 @@ class Server {
 
   /** Closes every client connection (going LOOKING, shut down). */
   stopServing() {
-    for (const connection of this.connections) connection.link.serverClose();
-    this.connections.clear();
+    for (const connection of [...this.connections]) this.drop(connection);
     this.touches.clear();
   }
 
@@ -361,10 +409,12 @@ class Server {
     this.role = 'down';
     for (const connection of this.connections) connection.link.reset();
     this.connections.clear();
+    this.watches = new Watches();
     this.touches.clear();
     this.followers.clear();
     const model = this.model;
     if (wasLeader) {
+      model.committedTree = this.tree.clone();
       model.leader = undefined;
       model.tracked.clear();
       // The followers see the leader's links close, stop serving and elect another.
@@ -391,22 +441,13 @@ class Server {
 
   /** A session the leader closed: its connections here go. @param {bigint} id */
   sessionClosed(id) {
-    for (const connection of this.connections) {
-      if (connection.sessionId === id) {
-        connection.link.serverClose();
-        this.connections.delete(connection);
-      }
-    }
+    for (const connection of [...this.connections]) if (connection.sessionId === id) this.drop(connection);
   }
 
   /** @private @param {Connection} connection @param {Buffer} frame */
   received(connection, frame) {
     if (connection.state === 'closed') return;
-    if (!this.serving) {
-      connection.link.serverClose();
-      this.connections.delete(connection);
-      return;
-    }
+    if (!this.serving) return this.drop(connection);
     const reader = new Reader(frame.subarray(4));
     if (connection.state === 'handshake') return this.handshake(connection, reader);
     const id = /** @type {bigint} */ (connection.sessionId);
@@ -415,73 +456,154 @@ class Server {
     else this.touches.set(id, connection.timeout);
     const xid = reader.int();
     const type = reader.int();
-    const reply = (/** @type {number} */ err, /** @type {(w: Writer) => void} */ body = () => undefined) => {
-      const w = new Writer().int(xid).long(this.model.zxid).int(err);
-      if (err === Err.OK) body(w);
-      return w.frame();
-    };
+    const header = (/** @type {number} */ err) => new Writer().int(xid).long(this.tree.zxid).int(err);
+    const error = (/** @type {number} */ err) => header(err).frame();
+    const tree = this.tree;
     switch (type) {
       case Op.ping:
-        return this.answerNow(connection, reply(Err.OK));
-      case Op.setWatches:
-        return this.answerNow(connection, reply(Err.OK));
-      case Op.exists:
-      case Op.getData: {
-        const path = reader.string();
-        const node = this.model.nodes.get(path);
-        if (!node) return this.answerNow(connection, reply(Err.NONODE));
-        return this.answerNow(connection, reply(Err.OK, (w) => (type === Op.getData && w.buffer(Buffer.alloc(0)), w.stat({ czxid: node.czxid, numChildren: 0, ephemeralOwner: node.owner }))));
+      case Op.auth:
+        return this.answerNow(connection, () => error(Err.OK));
+      case Op.setWatches: {
+        const relativeZxid = reader.long();
+        const [data, exist, child] = [reader.strings(), reader.strings(), reader.strings()];
+        return this.answerNow(connection, () => {
+          this.setWatches(connection, relativeZxid, data, exist, child);
+          return error(Err.OK);
+        });
       }
-      case Op.getChildren2: {
+      case Op.exists:
+      case Op.getData:
+      case Op.getChildren2:
+      case Op.getACL: {
         const path = reader.string();
-        const children = [...this.model.nodes.keys()].filter((p) => p.startsWith(`${path}/`)).map((p) => p.slice(path.length + 1));
-        return this.answerNow(connection, reply(Err.OK, (w) => {
-          w.int(children.length);
-          for (const c of children) w.string(c);
-          w.stat({ czxid: 1n, numChildren: children.length, ephemeralOwner: 0n });
-        }));
+        const watch = type !== Op.getACL && reader.bool();
+        return this.answerNow(connection, () => {
+          const node = this.tree.nodes.get(path);
+          // exists watches a missing node too; getData and getChildren only an existing one.
+          if (watch && (node || type === Op.exists)) this.watches.add(type === Op.getChildren2 ? 'child' : 'data', path, connection);
+          if (!node) return error(Err.NONODE);
+          const w = header(Err.OK);
+          if (type === Op.getData) w.buffer(node.data);
+          if (type === Op.getChildren2) w.strings([...node.children]);
+          if (type === Op.getACL) w.int(1).int(31).string('world').string('anyone');
+          return w.stat(node).frame();
+        });
       }
       case Op.sync: {
         const path = reader.string();
-        return this.answerViaLeader(connection, () => reply(Err.OK, (w) => w.string(path)));
+        return this.answerViaLeader(connection, () => () => header(Err.OK).string(path).frame());
       }
       case Op.create:
-      case Op.create2: {
-        const path = reader.string();
-        reader.buffer();
-        const acl = reader.int();
-        for (let i = 0; i < acl; i++) (reader.int(), reader.string(), reader.string());
-        const flags = reader.int();
-        return this.answerViaLeader(connection, () => {
-          const model = this.model;
-          if (!model.tracked.has(id)) return reply(Err.SESSIONEXPIRED);
-          const name = flags & 2 ? `${path}${String(Number(model.zxid)).padStart(10, '0')}` : path;
-          if (model.nodes.has(name)) return reply(Err.NODEEXISTS);
-          model.zxid++;
-          model.nodes.set(name, { owner: flags & 1 ? id : 0n, czxid: model.zxid });
-          return reply(Err.OK, (w) => (w.string(name), type === Op.create2 && w.stat({ czxid: model.zxid, numChildren: 0, ephemeralOwner: id })));
+      case Op.create2:
+      case Op.createContainer:
+      case Op.delete:
+      case Op.setData:
+      case Op.setACL: {
+        const op = readWriteOp(type, reader);
+        return this.answerViaLeader(connection, (leader) => {
+          const prepared = leader.tree.prepare(op, id);
+          if (prepared.err !== 0 || !('txn' in prepared)) return () => error(prepared.err);
+          this.model.commit(leader, prepared.txn);
+          // The answer is made where it is sent, after that server applied the transaction.
+          return (server) => {
+            const w = header(Err.OK);
+            const node = server.tree.nodes.get(prepared.path ?? op.path);
+            if (type === Op.create) w.string(prepared.path ?? op.path);
+            else if (type === Op.create2 || type === Op.createContainer) w.string(prepared.path ?? op.path).stat(node ?? EMPTY_STAT_NODE);
+            else if (type === Op.setData || type === Op.setACL) w.stat(node ?? EMPTY_STAT_NODE);
+            return w.frame();
+          };
         });
       }
-      case Op.delete: {
-        const path = reader.string();
-        return this.answerViaLeader(connection, () => {
-          const model = this.model;
-          if (!model.nodes.delete(path)) return reply(Err.NONODE);
-          model.zxid++;
-          return reply(Err.OK);
+      case Op.multi: {
+        /** @type {{ type: number, op: import('./zookeeper-data.mjs').WriteOp }[]} */
+        const ops = [];
+        for (;;) {
+          const opType = reader.int();
+          const done = reader.bool();
+          reader.int();
+          if (done) break;
+          ops.push({ type: opType, op: readWriteOp(opType, reader) });
+        }
+        return this.answerViaLeader(connection, (leader) => {
+          const prepared = leader.tree.prepareMulti(ops.map((o) => o.op), id);
+          if (!prepared.failed && prepared.txn) this.model.commit(leader, prepared.txn);
+          return (server) => {
+            const w = header(Err.OK);
+            for (const [i, result] of /** @type {{ err: number, path?: string }[]} */ (prepared.results).entries()) {
+              if (prepared.failed) {
+                w.int(Op.error).bool(false).int(result.err).int(result.err);
+                continue;
+              }
+              const { type: opType, op } = ops[i];
+              w.int(opType).bool(false).int(0);
+              if (opType === Op.create) w.string(result.path ?? op.path);
+              else if (opType === Op.create2 || opType === Op.createContainer) w.string(result.path ?? op.path).stat(server.tree.nodes.get(result.path ?? op.path) ?? EMPTY_STAT_NODE);
+              else if (opType === Op.setData) w.stat(server.tree.nodes.get(op.path) ?? EMPTY_STAT_NODE);
+            }
+            return w.int(-1).bool(true).int(-1).frame();
+          };
         });
       }
       case Op.closeSession:
-        return this.answerViaLeader(connection, () => (this.model.closeSession(id, 'closed'), reply(Err.OK)), true);
+        return this.answerViaLeader(connection, () => (this.model.closeSession(id, 'closed'), () => error(Err.OK)), true);
       default:
-        return this.answerNow(connection, reply(Err.UNIMPLEMENTED));
+        return this.answerNow(connection, () => error(Err.UNIMPLEMENTED));
     }
+  }
+
+  /** Applies a committed transaction to this server's tree, firing its watches. @param {import('./zookeeper-data.mjs').Txn & { zxid: bigint }} txn */
+  applyTxn(txn) {
+    this.tree.apply(txn, (type, path) => {
+      for (const connection of this.watches.take(type, path)) this.notify(connection, type, path);
+    });
+  }
+
+  /** @private A watch event to one connection: at once, ahead of answers still being prepared. @param {Connection} connection @param {number} type @param {string} path */
+  notify(connection, type, path) {
+    if (connection.state !== 'open') return;
+    connection.link.serverSend(new Writer().int(NOTIFICATION_XID).long(-1n).int(0).int(type).int(3).string(path).frame());
+  }
+
+  /**
+   * SetWatches after a reconnect (DataTree.setWatches): each watch fires at once if its node
+   * changed after the client's zxid, else is armed again.
+   * @private @param {Connection} connection @param {bigint} relativeZxid @param {string[]} data @param {string[]} exist @param {string[]} child
+   */
+  setWatches(connection, relativeZxid, data, exist, child) {
+    const nodes = this.tree.nodes;
+    for (const path of data) {
+      const node = nodes.get(path);
+      if (!node) this.notify(connection, EventType.deleted, path);
+      else if (node.mzxid > relativeZxid) this.notify(connection, EventType.changed, path);
+      else this.watches.add('data', path, connection);
+    }
+    for (const path of exist) {
+      if (nodes.has(path)) this.notify(connection, EventType.created, path);
+      else this.watches.add('data', path, connection);
+    }
+    for (const path of child) {
+      const node = nodes.get(path);
+      if (!node) this.notify(connection, EventType.deleted, path);
+      else if (node.pzxid > relativeZxid) this.notify(connection, EventType.children, path);
+      else this.watches.add('child', path, connection);
+    }
+  }
+
+  /** @private The server closes a connection (its watches go with it). @param {Connection} connection */
+  drop(connection) {
+    connection.link.serverClose();
+    connection.state = 'closed';
+    this.connections.delete(connection);
+    this.watches.remove(connection);
   }
 
   /** @private A ConnectRequest: a new session (createSession at the leader) or a re-attach (revalidated there). @param {Connection} connection @param {Reader} reader */
   handshake(connection, reader) {
     reader.int(); // protocolVersion
-    reader.long(); // lastZxidSeen
+    const lastZxidSeen = reader.long();
+    // A client that saw a newer state than this server has is refused (it would read the past).
+    if (lastZxidSeen > this.tree.zxid) return this.drop(connection);
     const asked = reader.int();
     const sessionId = reader.long();
     const password = Buffer.from(reader.buffer());
@@ -495,20 +617,17 @@ class Server {
         connection.timeout = granted;
       }
       connection.link.serverSend(new Writer().int(0).int(granted).long(id).buffer(pw).bool(false).frame());
-      if (granted <= 0) {
-        connection.link.serverClose();
-        this.connections.delete(connection);
-      }
+      if (granted <= 0) this.drop(connection);
     };
     if (sessionId === 0n) {
       const id = model.nextSessionId++;
       const pw = Buffer.alloc(16, Number(id & 0xffn));
       model.viaLeader(
         this,
-        () => {
+        (leader) => {
           model.stored.set(id, { timeout, password: pw });
           model.tracked.set(id, { expiresAt: model.roundUp(this.clock.now + timeout), lastTouch: { by: 'start', timeout } });
-          model.zxid++;
+          model.commit(leader, { type: 'none' });
           model.config.trace(`leader: session ${id.toString(16)} created (${timeout} ms) via server ${this.id}`);
           model.hooks.created(id, timeout);
         },
@@ -528,35 +647,68 @@ class Server {
     }
   }
 
-  /** @private @param {Connection} connection @param {Buffer} frame */
-  answerNow(connection, frame) {
-    connection.answers.push({ frame });
+  /** A request this server carries out itself, in its turn: `run` makes the answer then. @private @param {Connection} connection @param {() => Buffer} run */
+  answerNow(connection, run) {
+    connection.answers.push({ run });
     this.flush(connection);
   }
 
-  /** @private @param {Connection} connection @param {() => Buffer} process @param {boolean} [close] */
+  /**
+   * A request the leader decides: `process` runs there and returns what makes the answer, which
+   * runs here once the leader's word (and every transaction before it) arrived.
+   * @private @param {Connection} connection @param {(leader: Server) => (server: Server) => Buffer} process @param {boolean} [close]
+   */
   answerViaLeader(connection, process, close = false) {
-    /** @type {{ frame: Buffer | undefined, close?: boolean }} */
-    const answer = { frame: undefined, close };
+    /** @type {PendingAnswer} */
+    const answer = { run: undefined, close };
     connection.answers.push(answer);
-    this.model.viaLeader(this, process, (frame) => {
-      answer.frame = frame;
+    this.model.viaLeader(this, process, (makeAnswer) => {
+      answer.run = () => makeAnswer(this);
       this.flush(connection);
     });
   }
 
   /** @private Sends the ready answers at the head, in order. @param {Connection} connection */
   flush(connection) {
-    while (connection.answers.length > 0 && connection.answers[0].frame) {
-      const answer = /** @type {{ frame: Buffer, close?: boolean }} */ (connection.answers.shift());
-      connection.link.serverSend(answer.frame);
-      if (answer.close) {
-        connection.link.serverClose();
-        this.connections.delete(connection);
-        return;
-      }
+    while (connection.answers.length > 0 && connection.answers[0].run) {
+      const answer = /** @type {PendingAnswer} */ (connection.answers.shift());
+      if (connection.state === 'closed') return;
+      connection.link.serverSend(/** @type {() => Buffer} */ (answer.run)());
+      if (answer.close) return this.drop(connection);
     }
   }
 }
 
-export { PING_XID, SET_WATCHES_XID };
+/** A request of a connection: `run` (set once it may be carried out) makes its answer; `close`: the connection goes after it. @typedef {{ run: (() => Buffer) | undefined, close?: boolean }} PendingAnswer */
+
+/** A Stat for a node gone by the time its answer is written (a later transaction deleted it). */
+const EMPTY_STAT_NODE = /** @type {import('./zookeeper-data.mjs').ZNode} */ ({
+  data: Buffer.alloc(0), czxid: 0n, mzxid: 0n, pzxid: 0n, version: 0, cversion: 0, owner: 0n, container: false, children: new Set(), ctime: 0,
+});
+
+/** A write's fields, as Op.create / create2 / createContainer / delete / setData / setACL / check send them. @param {number} type @param {Reader} reader @returns {import('./zookeeper-data.mjs').WriteOp} */
+function readWriteOp(type, reader) {
+  const path = reader.string();
+  switch (type) {
+    case Op.create:
+    case Op.create2:
+    case Op.createContainer: {
+      const data = Buffer.from(reader.buffer());
+      reader.acl();
+      return { op: 'create', path, data, flags: reader.int() };
+    }
+    case Op.delete:
+      return { op: 'delete', path, version: reader.int() };
+    case Op.setData: {
+      const data = Buffer.from(reader.buffer());
+      return { op: 'setData', path, data, version: reader.int() };
+    }
+    case Op.setACL:
+      reader.acl();
+      return { op: 'check', path, version: reader.int() };
+    default:
+      return { op: 'check', path, version: reader.int() };
+  }
+}
+
+export { PING_XID, SET_WATCHES_XID, AUTH_XID };

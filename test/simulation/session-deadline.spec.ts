@@ -7,10 +7,13 @@
 // `npm run chaos -- --simulations N` runs any number. Replay one: SIMULATION_SEED=<seed>.
 import { ZkConnection, lossMarginMs } from '../../lib/core/connection/zk-connection.js';
 import { wireSessionFactoryWith } from '../../lib/core/client/wire/session.js';
+import { LockEngine } from '../../lib/core/lock-engine.js';
+import { Mutex } from '../../lib/core/recipes/mutex.js';
+import { ConnectionClosedError, LockNotAcquiredError } from '../../lib/core/errors.js';
 import { simulate, type SimulationResult } from '../../scripts/simulation/simulate.mjs';
 import type { World } from '../../scripts/simulation/schedule.mjs';
 
-const lib = { ZkConnection, wireSessionFactoryWith, lossMarginMs };
+const lib = { ZkConnection, wireSessionFactoryWith, lossMarginMs, LockEngine, Mutex, LockNotAcquiredError, ConnectionClosedError };
 const FIRST_SEED = 1;
 const WORLDS = Number(process.env.SIMULATION_WORLDS ?? 400);
 const PARALLEL = 8;

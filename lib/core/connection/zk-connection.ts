@@ -332,7 +332,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const { connectString, chroot, sessionTimeoutMs, serverTickTimeMs } = this.options;
     const isCurrent = () => generation === this.generation && this.currentState !== 'closed';
     let everConnected = false;
-    this.currentUsable = false;
+    this.usableSince = undefined;
     const session: ZkSession = this.openWith(
       { connectString: connectString + (chroot ?? ''), sessionTimeoutMs, serverTickTimeMs, clock: this.clock },
       {
@@ -401,7 +401,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       return;
     }
     if (!isCurrent()) return;
-    this.currentUsable = true;
+    this.usableSince = { at: this.clock.now(), timeoutMs: session.timeoutMs };
     this.refusal = undefined;
     this.armDeadline(session);
     this.setState('connected');
@@ -572,7 +572,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
 
   /** Sessions in a row that ended before they were usable; 0 once one was (see newSessionBackoffMs). */
   private unusableInARow = 0;
-  private currentUsable = false;
+  /** When the current session became usable, and with which timeout (undefined: not yet). */
+  private usableSince: { at: number; timeoutMs: number } | undefined;
   private successorTimer: ClockTimer | undefined;
 
   /**
@@ -581,7 +582,11 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * expires every new session must not get thousands of them a second).
    */
   private openSuccessor(): void {
-    this.unusableInARow = this.currentUsable ? 0 : this.unusableInARow + 1;
+    // A session lost within its own timeout of becoming usable counts as unusable: a server that
+    // grants a timeout too short to keep (below the loss margin, say) must not get a session every
+    // few milliseconds either.
+    const lived = this.usableSince !== undefined && this.clock.now() - this.usableSince.at >= this.usableSince.timeoutMs;
+    this.unusableInARow = lived ? 0 : this.unusableInARow + 1;
     this.current = undefined;
     this.generation++;
     this.successorTimer = this.clock.setTimeout(() => {

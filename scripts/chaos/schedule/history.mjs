@@ -1,12 +1,14 @@
-// The history of one schedule, as the clients saw it (one process, one clock: performance.now()),
-// and its checks:
+// The history of one schedule, as the clients saw it (one clock: performance.now() for the
+// real-time schedules, all clients in one process; the simulation's virtual clock), and its checks:
 // - exclusion, from each holder's own view: no two holds of one lock whose intervals
 //   [granted, min(signal aborted, released)] overlap (readers may overlap readers; a semaphore
 //   may have `permits` at once; holds of one caller never conflict with each other: a downgrade).
 //   Excused: a hold whose node the foreign client deleted after the hold began, from the delete
 //   on (until its holder is told, which ends the interval anyway); one that began after the
 //   delete's reply is not excused. A hold in a session the test killed, from the kill on, and any
-//   hold granted in that session before its link was back (events from before the cut).
+//   hold granted in that session before its link was back (events from before the cut). A hold
+//   whose process was stalled when its session's deadline passed (the simulation stalls one
+//   process at a time), from that deadline on: the process learns of the loss only when it runs.
 // - fencing: of two holds of one lock that do not overlap, the later one's token is larger
 //   (readers compared with writers only; a semaphore's slots only with permits 1);
 // - no hang: every acquire settles within its waitMs + the session timeout + 5 s; none is left
@@ -23,6 +25,7 @@
  * @typedef {{ owner: string, client: number, lock: string, startedAt: number, waitMs: number | null, settledAt?: number, outcome?: string }} Acquire
  * @typedef {{ node: string, sentAt: number, repliedAt?: number, ok?: boolean }} Deletion
  * @typedef {{ session: string, client: number, from: number, restored?: number }} Kill
+ * @typedef {{ session: string, from: number }} StalledPastDeadline
  */
 
 export class History {
@@ -30,16 +33,22 @@ export class History {
   /** @type {Acquire[]} */ acquires = [];
   /** @type {Deletion[]} */ deletions = [];
   /** @type {Kill[]} */ kills = [];
+  /** @type {StalledPastDeadline[]} */ stalledPastDeadline = [];
   /** @type {Map<string, number>} lock path -> permits (semaphores) */ permits = new Map();
   /** @type {string[]} unexpected errors from the library (reported, and a failure) */ errors = [];
   /** @type {string[]} what happened, in order (for a failure's report) */ events = [];
   excused = { foreignDelete: 0, killedSession: 0 };
-  t0 = performance.now();
   nextId = 1;
 
-  /** ms since the schedule began (performance.now(): every client of the schedule is in this process). */
+  /** @param {() => number} [clock] where the time comes from (default performance.now(): every client of a real-time schedule is in this process) */
+  constructor(clock = () => performance.now()) {
+    this.clock = clock;
+    this.t0 = clock();
+  }
+
+  /** ms since the schedule began. */
   now() {
-    return performance.now() - this.t0;
+    return this.clock() - this.t0;
   }
 
   /** @param {string} text */
@@ -110,6 +119,10 @@ export class History {
     for (const k of this.kills) {
       if (k.session !== h.session) continue;
       if (h.grantedAt <= (k.restored ?? Infinity) && (!best || k.from < best.at)) best = { at: Math.max(h.grantedAt, k.from), why: 'session killed by the test' };
+    }
+    for (const s of this.stalledPastDeadline) {
+      if (s.session !== h.session || h.grantedAt > s.from) continue;
+      if (!best || s.from < best.at) best = { at: s.from, why: "holder's process stalled past its session's deadline" };
     }
     return best;
   }
