@@ -20,10 +20,13 @@ const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
  * the other); `blackholeAfterNotification()` does the same right after the next watch event
  * (optionally: the next one of a type, on a path, after the client was quiet) reaches the client;
  * `slowReplies(bytesPerSecond)` passes the answers on at that rate (a slow or starved server
- * that still hears every request at once); `restore()` drops current connections and forwards
- * normally again. `lastClientPacketAt` is
+ * that still hears every request at once); `holdConnectResponses(ms)` (every new connection)
+ * and `stallNextHandshake(ms)` (the next one) pass a connection's first answers on late;
+ * `restore()` drops current connections and forwards normally again. `lastClientPacketAt` is
  * when the server last heard from the client.
  */
+/** @typedef {{ holdMs: number, passed: boolean, onPassed: () => void, resolve: (passed: boolean) => void }} HandshakeStall */
+
 /** How often slowReplies() passes answers on. */
 const PUMP_MS = 10;
 
@@ -50,6 +53,8 @@ export class TcpProxy {
   notified;
   /** Set by holdConnectResponses(): how long the server's first answer on each new connection waits. */
   connectResponseDelayMs = 0;
+  /** Set by stallNextHandshake() until a connection's answers were passed on. @private @type {HandshakeStall | undefined} */
+  handshakeStall;
 
   /**
    * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
@@ -108,8 +113,10 @@ export class TcpProxy {
     const held = [];
     /** @type {NodeJS.Timeout | undefined} */
     let pumping;
-    // holdConnectResponses(): the connection's first answer (the ConnectResponse) and all after it wait until then.
-    const holdMs = this.connectResponseDelayMs;
+    // holdConnectResponses() or stallNextHandshake() (until a connection's answers passed on):
+    // the connection's first answer (the ConnectResponse) and all after it wait until then.
+    const stall = this.handshakeStall;
+    const holdMs = stall?.holdMs ?? this.connectResponseDelayMs;
     /** @type {number | undefined} */
     let heldUntil;
     /** @type {NodeJS.Timeout | undefined} */
@@ -133,7 +140,14 @@ export class TcpProxy {
         heldUntil ??= performance.now() + holdMs;
         if (performance.now() < heldUntil) {
           held.push(chunk);
-          releaseHeld ??= setTimeout(pump, heldUntil - performance.now());
+          releaseHeld ??= setTimeout(() => {
+            pump();
+            if (!stall || stall.passed) return;
+            stall.passed = true;
+            if (this.handshakeStall === stall) this.handshakeStall = undefined;
+            stall.onPassed();
+            stall.resolve(true);
+          }, heldUntil - performance.now());
           return;
         }
       }
@@ -178,6 +192,30 @@ export class TcpProxy {
    */
   holdConnectResponses(ms) {
     this.connectResponseDelayMs = ms;
+  }
+
+  /**
+   * New connections' ConnectResponse (and what follows) reaches the client `holdMs` late, as with
+   * holdConnectResponses(), until one connection's answers were passed on (one that closes
+   * first, a client giving up on its handshake, does not count): a client stalled inside its
+   * handshake. `onPassed` runs in the turn they are passed on, before the client can read them
+   * (a blackhole() there swallows whatever the client sends once it read the answer). Resolves
+   * true then, false if called off first (cancelHandshakeStall(), or another call).
+   * @param {number} holdMs
+   * @param {() => void} [onPassed]
+   * @returns {Promise<boolean>}
+   */
+  stallNextHandshake(holdMs, onPassed = () => undefined) {
+    this.cancelHandshakeStall();
+    return new Promise((resolve) => {
+      this.handshakeStall = { holdMs, passed: false, onPassed, resolve };
+    });
+  }
+
+  /** Calls off a stallNextHandshake() that no connection has taken yet. */
+  cancelHandshakeStall() {
+    this.handshakeStall?.resolve(false);
+    this.handshakeStall = undefined;
   }
 
   /** Drops all connections and refuses new ones until restore(). */
