@@ -328,7 +328,9 @@ export class ZkEnsembleHandle extends ZkServerHandle {
    * (a follower that lags behind the leader: proposals, commits and pings come late, and so do
    * its acks and the session touches it reports): `outMs` what `id` sends, `inMs` what it
    * receives. Nothing is dropped or closed; 0 and 0 end it (what is on its way still arrives in
-   * order). Needs an ensemble started with `peerLinks: true`.
+   * order). Infinity: nothing passes that way (a one-way partition: e.g. the leader hears none
+   * of the follower's acks and touches while its commits still reach it); ending that drops the
+   * two servers' connections (they open new ones). Needs an ensemble started with `peerLinks: true`.
    * @param {number} id
    * @param {number} peer
    * @param {{ outMs: number, inMs: number }} delays
@@ -549,6 +551,7 @@ class PeerLinks {
   pass(link, sender, to, chunk) {
     const receiver = sender === link.from ? link.to : link.from;
     const ms = link.kind === 'quorum' ? (this.delays.get(`${sender}>${receiver}`) ?? 0) : 0;
+    if (ms === Infinity) return;
     let line = this.lines.get(to);
     if (ms === 0 && !line?.busy) return void to.write(chunk);
     if (!line) this.lines.set(to, (line = new DelayLine(to, () => this.silent(link))));
@@ -561,8 +564,17 @@ class PeerLinks {
    * @param {{ outMs: number, inMs: number }} delays
    */
   lag(id, peer, { outMs, inMs }) {
-    this.delays.set(`${id}>${peer}`, outMs);
-    this.delays.set(`${peer}>${id}`, inMs);
+    const keys = [`${id}>${peer}`, `${peer}>${id}`];
+    const wasSilent = keys.some((k) => this.delays.get(k) === Infinity);
+    this.delays.set(keys[0], outMs);
+    this.delays.set(keys[1], inMs);
+    if (!wasSilent || outMs === Infinity || inMs === Infinity) return;
+    // What was dropped broke their streams: new connections.
+    for (const link of this.links) {
+      if (!((link.from === id && link.to === peer) || (link.from === peer && link.to === id))) continue;
+      for (const socket of link.sockets) socket.destroy();
+      link.sockets.clear();
+    }
   }
 
   /** @param {number} id */
