@@ -33,11 +33,10 @@ export const UNTARGETED = ['foreign-delete', 'foreign-set', 'stall', ...SERVER_F
  * @typedef {'shared' | 'standalone' | 'ensemble'} ServerKind the run's ZooKeeper: one it must not
  *   restart ('shared': the test suite's, or --zk), a standalone server of its own, or a 3-server
  *   ensemble of its own with forwarders between the servers
- * @typedef {'link' | 'touches'} StallCut `link`: the client's link goes silent `silenceAfterMs`
- *   after its ConnectResponse was passed on; `touches` (ensemble): the client is on a follower,
- *   and `silenceAfterMs` after its next acquire began (its lock create went out) nothing more
- *   goes from that follower to the leader (its acks and the session touches it reports), while
- *   the leader's commits still reach it
+ * @typedef {'link' | 'touches'} StallCut what goes silent `silenceAfterMs` after the client's
+ *   ConnectResponse was passed on: `link`, the client's link; `touches` (ensemble: the client is
+ *   on a follower), what that follower sends the leader (its acks and the session touches it
+ *   reports), while the leader's commits still reach it
  * @typedef {{ holdMs: number, newSession: boolean, silenceAfterMs: number, cut: StallCut }} HandshakeStall
  *   the ConnectResponse of the client's next link (a re-attach, or a new session when
  *   `newSession`) reaches it `holdMs` late; then the `cut`, for the fault's `ms`
@@ -46,7 +45,8 @@ export const UNTARGETED = ['foreign-delete', 'foreign-set', 'stall', ...SERVER_F
  * }} FollowerLag a follower's quorum link to the leader delays what passes (`way`) by `lagMs` for
  *   the fault's `ms`, with the client moved onto that follower (with `newSession`, a new session
  *   of its: its createSession's answer lags too); then for `cutMs` the follower `isolate`d, or
- *   (`touches`) right after the client's next acquire began nothing more from it to the leader
+ *   (`touches`) nothing more from it to the leader (with a new session: a few ms after its
+ *   ConnectResponse reached the client; else once the lag's time is over)
  * @typedef {{
  *   server: 'only' | 'leader' | 'follower', downMs: number, maxSessionTimeoutMs: number | undefined, silenceMs: number,
  * }} ServerRestart a clean stop of that server, `downMs`, then a start (with `maxSessionTimeoutMs`:
@@ -227,7 +227,7 @@ export function faultListing(s) {
 /** @param {Fault} f */
 function edgeDetail(f) {
   const { stall, lag, restart, flood } = f;
-  if (stall) return `: ConnectResponse ${stall.holdMs} ms late (${stall.newSession ? 'a new session' : 're-attach'}), then ${stall.cut === 'touches' ? `its follower's touches cut off ${stall.silenceAfterMs} ms after its next acquire` : `its link silent ${stall.silenceAfterMs} ms after`}`;
+  if (stall) return `: ConnectResponse ${stall.holdMs} ms late (${stall.newSession ? 'a new session' : 're-attach'}), then ${stall.cut === 'touches' ? "its follower's touches" : 'its link'} cut off ${stall.silenceAfterMs} ms after`;
   if (lag) return `: ${lag.lagMs} ms ${lag.way}${lag.newSession ? ', a new session on it' : ''}${lag.cut === 'isolate' ? `, then cut off for ${lag.cutMs} ms` : lag.cut === 'touches' ? `, then its touches cut off for ${lag.cutMs} ms` : ''}`;
   if (restart) return `: the ${restart.server} server, down ${restart.downMs} ms${restart.maxSessionTimeoutMs ? `, back with maxSessionTimeout ${restart.maxSessionTimeoutMs}` : ''}${restart.silenceMs ? `, then the client's link silent for ${restart.silenceMs} ms` : ''}`;
   if (flood) return `: ${flood.nodes} queued nodes`;

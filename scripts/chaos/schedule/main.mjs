@@ -91,7 +91,8 @@ try {
       failed++;
       console.log(
         `  replay: npm run chaos -- --seeds ${seed} --schedule-ms ${scheduleMs}${args.recipe ? ` --recipe ${args.recipe}` : ''}${faultsPerSecond ? ` --faults-per-second ${faultsPerSecond}` : ''}${edgeFaultsPerSecond !== undefined ? ` --edge-faults-per-second ${edgeFaultsPerSecond}` : ''}${args.zk ? ` --zk ${args.zk}` : ''}${args.ensemble ? ' --ensemble' : ''}${args['session-timeout-ms'] ? ` --session-timeout-ms ${sessionTimeoutMs}` : ''}\n${faultListing(schedule)}\n` +
-          `  violations (${result.violations.length}):\n    ${result.violations.slice(0, 12).join('\n    ')}\n  history (last 80 events):\n${result.events.slice(-80).join('\n')}`,
+          `  violations (${result.violations.length}):\n    ${result.violations.slice(0, 12).join('\n    ')}\n  faults as they ran:\n${result.events.filter((e) => / fault /.test(e)).join('\n')}\n` +
+          `  history (last 80 events):\n${result.events.slice(-80).join('\n')}`,
       );
       if (!args['keep-going']) break;
     }

@@ -502,11 +502,14 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
   /**
    * Kills the client's session on the server (as session-kill does; its holds are excused from
    * then on), so that the client goes on to a new one, in the same connection and engine: its
-   * callers' acquires wait for it and go out as soon as it is there. Undefined if not connected.
+   * callers' acquires wait for it and go out as soon as it is there. Undefined if it did not
+   * connect within a session timeout.
    * @param {Client} client @param {string} why
    * @returns {Promise<import('./history.mjs').Kill | undefined>}
    */
   async function killForNewSession(client, why) {
+    const until = performance.now() + s.sessionTimeoutMs;
+    while (!(client.ready && client.connection.state === 'connected') && running && performance.now() < until) await sleep(20);
     const session = client.connection?.session;
     if (!client.ready || !session || client.connection.state !== 'connected') return undefined;
     const kill = { session: session.id, client: client.index, from: history.now(), restored: /** @type {number | undefined} */ (undefined) };
@@ -650,7 +653,8 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
 
   /**
    * A clean stop and start of a server (maybe with a lower maxSessionTimeout); then, once the
-   * client re-attached there, its link silent for a while (if a client is free).
+   * client re-attached there (and holds a lock, if it gets one soon), its link silent for a
+   * while (if a client is free).
    * @param {Fault} f @param {Client | undefined} client @param {import('./servers.mjs').ServerControl} control
    */
   async function serverRestart(f, client, control) {
@@ -678,7 +682,9 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
     const until = performance.now() + s.sessionTimeoutMs * 2;
     const there = () =>
       client.ready && client.connection.state === 'connected' && client.proxy.linkedIndex() === index && (granted === undefined || client.connection.sessionTimeoutMs === granted);
-    while (!there() && performance.now() < until) await sleep(10);
+    // And holding something (it keeps it; else one of its callers gets one soon), for a while.
+    const holding = () => history.holds.some((h) => h.client === client.index && h.releasedAt === undefined && h.abortedAt === undefined);
+    while (!(there() && holding()) && performance.now() < until) await sleep(10);
     if (there()) {
       history.note(`fault server-restart: ${client.name} on server ${id} (timeout ${client.connection.sessionTimeoutMs} ms), link silent for ${restart.silenceMs} ms`);
       client.proxy.blackhole();
@@ -719,10 +725,12 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
 
   /**
    * A foreign client queues `nodes` nodes under one of the lock's parents (waiters' names, as
-   * long as Curator's), so that listing it takes a reply over 1 MiB; it deletes them `f.ms` later.
-   * Persistent nodes, deleted one by one: a session that ends with tens of thousands of ephemeral
-   * nodes writes a closeSession of megabytes (their paths), which a ZooKeeper 3.8 server with the
-   * default jute.maxbuffer writes to its log and then cannot read back at its next start.
+   * long as Curator's, all with one protected prefix), so that listing it takes a reply over
+   * 1 MiB; it deletes them `f.ms` later (found by that prefix in the observer's listing, so that
+   * a create whose answer was lost goes too). Persistent nodes: a session that ends with tens of
+   * thousands of ephemeral nodes writes a closeSession of megabytes (their paths), which a
+   * ZooKeeper 3.8 server with the default jute.maxbuffer writes to its log and then cannot read
+   * back at its next start.
    * @param {Fault} f
    */
   async function replyFlood(f) {
@@ -731,38 +739,39 @@ export async function runSchedule({ lib, connectString, schedule, log = () => un
     const parent = candidates[Math.floor(random() * candidates.length)];
     if (parent === undefined) return void (faultsRun[f.kind]--);
     flooded.add(parent);
+    const prefix = `_c_${randomUUID()}-`;
     const flooder = new lib.ZkConnection({ connectString, sessionTimeoutMs: s.sessionTimeoutMs });
-    /** @type {string[]} */
-    let created = [];
+    const bound = performance.now() + s.sessionTimeoutMs * 3;
     try {
       await flooder.connect();
       const session = () => flooder.session;
       await session().create(parent, Buffer.alloc(0), lib.CreateMode.PERSISTENT).catch(() => undefined);
       let started = performance.now();
-      const marker = nodeMarker(parent);
-      for (let i = 0; i < nodes && running; i += 2000) {
-        const wave = Array.from({ length: Math.min(2000, nodes - i) }, () =>
-          session().create(`${parent}/_c_${randomUUID()}-${marker}`, Buffer.alloc(0), lib.CreateMode.PERSISTENT_SEQUENTIAL, undefined, { batchable: true }).catch(() => undefined),
+      const name = `${parent}/${prefix}${nodeMarker(parent)}`;
+      let created = 0;
+      // In waves, again for those that failed (a link that dropped, a server cut off).
+      while (created < nodes && performance.now() < bound) {
+        const wave = Array.from({ length: Math.min(2000, nodes - created) }, () =>
+          session().create(name, Buffer.alloc(0), lib.CreateMode.PERSISTENT_SEQUENTIAL, undefined, { batchable: true }).then(() => 1, () => 0),
         );
-        created.push(...(await Promise.all(wave)).filter((path) => path !== undefined));
+        created += (await Promise.all(wave)).reduce((a, b) => a + b, 0);
       }
-      history.note(`fault reply-flood: ${created.length} nodes queued under ${parent} in ${Math.round(performance.now() - started)} ms, for ${f.ms} ms`);
-      await Promise.all([sleep(f.ms), listThroughClients(parent, created.length, Math.max(f.ms, 3000))]);
-      // Deleted in waves, again while some fail (a batch that failed, a link that dropped); what
-      // is left after a while goes with the schedule's tree at the end.
+      history.note(`fault reply-flood: ${created} nodes queued under ${parent} in ${Math.round(performance.now() - started)} ms, for ${f.ms} ms`);
+      await Promise.all([sleep(f.ms), listThroughClients(parent, created, Math.max(f.ms, 3000))]);
       started = performance.now();
-      while (created.length > 0 && performance.now() - started < s.sessionTimeoutMs * 3) {
-        /** @type {string[]} */
-        const left = [];
-        for (let i = 0; i < created.length; i += 2000) {
-          const wave = created.slice(i, i + 2000);
-          const results = await Promise.all(wave.map((path) => session().delete(path, -1, { batchable: true }).then(() => true, (e) => e?.codeName === 'NONODE')));
-          left.push(...wave.filter((_, k) => !results[k]));
+      let left = Infinity;
+      while (left > 0 && performance.now() < bound + s.sessionTimeoutMs * 3) {
+        const ours = await obs().getChildren(parent).then((/** @type {any} */ r) => r.children.filter((/** @type {string} */ c) => c.startsWith(prefix)), () => undefined);
+        if (ours === undefined) {
+          await sleep(200);
+          continue;
         }
-        created = left;
-        if (created.length > 0) await sleep(200);
+        left = ours.length;
+        for (let i = 0; i < ours.length; i += 2000) {
+          await Promise.all(ours.slice(i, i + 2000).map((/** @type {string} */ c) => session().delete(`${parent}/${c}`, -1, { batchable: true }).catch(() => undefined)));
+        }
       }
-      history.note(`fault reply-flood: ${parent} flood removed in ${Math.round(performance.now() - started)} ms${created.length ? ` but for ${created.length} nodes` : ''}`);
+      history.note(`fault reply-flood: ${parent} flood removed in ${Math.round(performance.now() - started)} ms${left > 0 ? ` but for ${left} nodes (the schedule's cleanup takes them)` : ''}`);
     } finally {
       await flooder.close();
       flooded.delete(parent);
