@@ -4,11 +4,12 @@
 #
 #   zookeeper.sh install            install zookeeper (and java, openssl) with apt-get when missing
 #   zookeeper.sh start    [--dir D] [--port P] [--owner-pid PID] [--tls need|want|none]
-#                         [--tls-name NAME]
+#                         [--tls-name NAME] [--min-session-timeout MS] [--max-session-timeout MS]
 #                                   one standalone server (id 1); with --tls, a TLS port too
 #                                   (secureClientPort, next to the plain clientPort) with
 #                                   certificates made for this run in D/tls (see TLS below)
 #   zookeeper.sh ensemble [--dir D] [--owner-pid PID] [--peer-ports P1,...,P12]
+#                         [--min-session-timeout MS] [--max-session-timeout MS]
 #                                   three servers in a quorum (ids 1, 2, 3); with --peer-ports,
 #                                   server I reaches server J (quorum, election port) at the next
 #                                   two of these ports (I = 1..3, J = 1..3 without I, in order),
@@ -18,8 +19,11 @@
 #   zookeeper.sh stop     [--dir D] [--id N] [--signal TERM|KILL]
 #                                   stop server N (data kept) or all of them (D removed if the
 #                                   script created it); TERM is followed by KILL after a grace time
-#   zookeeper.sh restart  [--dir D] --id N
-#                                   start server N again with its config and data
+#   zookeeper.sh restart  [--dir D] --id N [--min-session-timeout MS] [--max-session-timeout MS]
+#                                   start server N again with its config and data; with a session
+#                                   timeout option, that line of its config changed first (e.g. a
+#                                   rolling change of maxSessionTimeout: a client that re-attaches
+#                                   there negotiates the new bound)
 #   zookeeper.sh status   [--dir D] id, port, pid, alive, mode of each server (exit 3 if one is
 #                                   not serving)
 #
@@ -28,6 +32,8 @@
 # ensemble make a fresh directory (removed again by a full `stop`) and remember it, so that
 # stop/status/restart without --dir act on the last one started from this checkout.
 # D holds server.<id>.{cfg,pid,port}, data.<id>/, log.<id>/zookeeper.out, connect, kind.
+# --min-session-timeout/--max-session-timeout: the servers' bounds on a client's session timeout
+# (default 1000 and 60000 ms).
 # --owner-pid PID: a detached watchdog runs `stop --dir D` once PID has exited (so a crashed or
 # killed test runner leaves no server behind); a full `stop` ends the watchdog.
 # TLS (--tls CLIENT_AUTH, start only): openssl makes a throw-away CA and, signed by it, a server
@@ -141,6 +147,7 @@ server_mode() {  # leader|follower|standalone|not-serving|down
 
 # --- state in $DIR -------------------------------------------------------------------------------
 DIR='' ID='' PORT='' SIGNAL=TERM OWNER_PID='' PEER_PORTS='' TLS='' TLS_NAME=localhost
+MIN_SESSION_TIMEOUT='' MAX_SESSION_TIMEOUT=''
 
 use_dir() {  # resolve --dir (or the last auto-created one) for stop/status/restart
   if [ -z "$DIR" ]; then
@@ -191,8 +198,8 @@ write_cfg() {  # id client-port [server.N lines]
 tickTime=250
 initLimit=40
 syncLimit=20
-minSessionTimeout=1000
-maxSessionTimeout=60000
+minSessionTimeout=${MIN_SESSION_TIMEOUT:-1000}
+maxSessionTimeout=${MAX_SESSION_TIMEOUT:-60000}
 dataDir=$DIR/data.$id
 clientPort=$port
 clientPortAddress=127.0.0.1
@@ -206,6 +213,12 @@ preAllocSize=4096
 ${3:-}
 EOF
   printf '%s\n' "$port" >"$DIR/server.$id.port"
+}
+
+set_cfg() {  # id key value: that line of server id's config (nothing when value is empty)
+  [ -n "$3" ] || return 0
+  sed -i "s/^$2=.*/$2=$3/" "$DIR/server.$1.cfg"
+  log "server $1: $2=$3"
 }
 
 launch() {  # id: start the java process detached from us, record its pid
@@ -489,8 +502,14 @@ cmd_restart() {
   use_dir || die "no such directory: $DIR"
   [ -n "$ID" ] || die "restart needs --id N"
   [ -f "$DIR/server.$ID.cfg" ] || die "no server $ID in $DIR"
-  if is_ours "$ID"; then log "server $ID is already running (pid $(pid_of "$ID"))"
-  else launch "$ID"; fi
+  if is_ours "$ID"; then
+    [ -z "$MIN_SESSION_TIMEOUT$MAX_SESSION_TIMEOUT" ] || die "server $ID is running: stop it before changing its session timeouts"
+    log "server $ID is already running (pid $(pid_of "$ID"))"
+  else
+    set_cfg "$ID" minSessionTimeout "$MIN_SESSION_TIMEOUT"
+    set_cfg "$ID" maxSessionTimeout "$MAX_SESSION_TIMEOUT"
+    launch "$ID"
+  fi
   wait_up "$ID" || die "server $ID did not come back (log: $DIR/log.$ID/zookeeper.out)"
   cat "$DIR/connect"
 }
@@ -525,6 +544,8 @@ main() {
       --peer-ports) PEER_PORTS=${2:?--peer-ports needs a value}; shift 2 ;;
       --tls) TLS=${2:?--tls needs need, want or none}; shift 2 ;;
       --tls-name) TLS_NAME=${2:?--tls-name needs a value}; shift 2 ;;
+      --min-session-timeout) MIN_SESSION_TIMEOUT=${2:?--min-session-timeout needs a value}; shift 2 ;;
+      --max-session-timeout) MAX_SESSION_TIMEOUT=${2:?--max-session-timeout needs a value}; shift 2 ;;
       --signal) SIGNAL=${2:?--signal needs a value}; SIGNAL=${SIGNAL#SIG}; shift 2 ;;
       *) usage; die "unknown option: $1" ;;
     esac
@@ -532,6 +553,9 @@ main() {
   [ -z "$PORT" ] || [[ $PORT =~ ^[0-9]+$ ]] || die "--port must be a number"
   [ -z "$ID" ] || [[ $ID =~ ^[0-9]+$ ]] || die "--id must be a number"
   [ -z "$OWNER_PID" ] || kill -0 "$OWNER_PID" 2>/dev/null || die "--owner-pid $OWNER_PID is not a running process"
+  [ -z "$MIN_SESSION_TIMEOUT" ] || [[ $MIN_SESSION_TIMEOUT =~ ^[0-9]+$ ]] || die "--min-session-timeout must be a number (ms)"
+  [ -z "$MAX_SESSION_TIMEOUT" ] || [[ $MAX_SESSION_TIMEOUT =~ ^[0-9]+$ ]] || die "--max-session-timeout must be a number (ms)"
+  case $cmd in start | ensemble | restart) ;; *) [ -z "$MIN_SESSION_TIMEOUT$MAX_SESSION_TIMEOUT" ] || die "--min/--max-session-timeout are for start, ensemble and restart" ;; esac
   case $SIGNAL in TERM | KILL) ;; *) die "--signal must be TERM or KILL" ;; esac
   case $TLS in '' | need | want | none) ;; *) die "--tls must be need, want or none" ;; esac
   [[ $TLS_NAME =~ ^[A-Za-z0-9.-]+$ ]] || die "--tls-name must be a DNS name"

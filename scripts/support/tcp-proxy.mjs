@@ -20,10 +20,13 @@ const EVENT_TYPES = { 1: 'created', 2: 'deleted', 3: 'changed', 4: 'child' };
  * the other); `blackholeAfterNotification()` does the same right after the next watch event
  * (optionally: the next one of a type, on a path, after the client was quiet) reaches the client;
  * `slowReplies(bytesPerSecond)` passes the answers on at that rate (a slow or starved server
- * that still hears every request at once); `restore()` drops current connections and forwards
- * normally again. `lastClientPacketAt` is
+ * that still hears every request at once); `holdConnectResponses(ms)` (every new connection)
+ * and `stallNextHandshake(ms)` (the next one) pass a connection's first answers on late;
+ * `restore()` drops current connections and forwards normally again. `lastClientPacketAt` is
  * when the server last heard from the client.
  */
+/** @typedef {{ holdMs: number, newSessionOnly: boolean, passed: boolean, onPassed: () => void, resolve: (passed: boolean) => void }} HandshakeStall */
+
 /** How often slowReplies() passes answers on. */
 const PUMP_MS = 10;
 
@@ -56,6 +59,8 @@ export class TcpProxy {
   rewriters = { reply: undefined, connectResponse: undefined };
   /** ConnectRequests that went through: `newSessions` asked for a new session (id 0), `reattaches` for one by id. */
   connectRequests = { newSessions: 0, reattaches: 0 };
+  /** Set by stallNextHandshake() until a connection's answers were passed on. @private @type {HandshakeStall | undefined} */
+  handshakeStall;
 
   /**
    * Starts a proxy to `target` ("host:port", the first of a list) on a free loopback port.
@@ -106,7 +111,10 @@ export class TcpProxy {
     this.sockets.add(client).add(upstream);
     upstream.once('connect', () => this.upstreams.add(upstream));
     const rewriting = new RewrittenLink(this.rewriters, this.connectRequests);
+    /** The connection's first request (its ConnectRequest, or the start of it). @type {Buffer | undefined} */
+    let firstRequest;
     client.on('data', (chunk) => {
+      firstRequest ??= chunk;
       rewriting.fromClient(chunk);
       if (this.mode === 'blackhole') return;
       this.lastClientPacketAt = Date.now();
@@ -119,8 +127,13 @@ export class TcpProxy {
     const held = [];
     /** @type {NodeJS.Timeout | undefined} */
     let pumping;
-    // holdConnectResponses(): the connection's first answer (the ConnectResponse) and all after it wait until then.
-    const holdMs = this.connectResponseDelayMs;
+    // holdConnectResponses() or stallNextHandshake() (until a connection's answers passed on):
+    // the connection's first answer (the ConnectResponse) and all after it wait until then.
+    // Decided when that answer comes: by then the ConnectRequest said whether the client asks
+    // for a new session (session id 0, at offset 20: length, protocol version, last zxid, timeout).
+    /** @type {HandshakeStall | undefined} */
+    let stall;
+    let holdMs = 0;
     /** @type {number | undefined} */
     let heldUntil;
     /** @type {NodeJS.Timeout | undefined} */
@@ -137,16 +150,37 @@ export class TcpProxy {
       }
       if (held.length === 0 || client.destroyed) (clearInterval(pumping), (pumping = undefined));
     };
+    /** The connection's first answer (its ConnectResponse, or the start of it). @type {Buffer | undefined} */
+    let firstAnswer;
+    // stallNextHandshake(): passed on. An answer that expires the session (a negotiated timeout
+    // of 0: the client goes on to a new session) does not count.
+    const stallPassed = () => {
+      if (!stall || stall.passed) return;
+      if (firstAnswer && firstAnswer.length >= 12 && firstAnswer.readInt32BE(8) <= 0) return;
+      stall.passed = true;
+      if (this.handshakeStall === stall) this.handshakeStall = undefined;
+      stall.onPassed();
+      stall.resolve(true);
+    };
     upstream.on('data', (data) => {
       const chunk = rewriting.fromServer(data);
       if (chunk.length === 0) return;
+      if (firstAnswer === undefined) {
+        firstAnswer = chunk;
+        const asksNew = firstRequest !== undefined && firstRequest.length >= 28 && firstRequest.readBigInt64BE(20) === 0n;
+        stall = this.handshakeStall && (!this.handshakeStall.newSessionOnly || asksNew) ? this.handshakeStall : undefined;
+        holdMs = stall?.holdMs ?? this.connectResponseDelayMs;
+      }
       // Parsed in every mode, to stay in step with the frames.
       const match = replies.endOfFirstNotification(chunk, this.mode === 'blackhole-after-notification' ? this.notificationFilter : undefined);
       if (holdMs > 0 && this.mode === 'open') {
         heldUntil ??= performance.now() + holdMs;
         if (performance.now() < heldUntil) {
           held.push(chunk);
-          releaseHeld ??= setTimeout(pump, heldUntil - performance.now());
+          releaseHeld ??= setTimeout(() => {
+            pump();
+            stallPassed();
+          }, heldUntil - performance.now());
           return;
         }
       }
@@ -155,7 +189,10 @@ export class TcpProxy {
         pumping ??= setInterval(pump, PUMP_MS);
         return;
       }
-      if (this.mode === 'open') return client.write(chunk);
+      if (this.mode === 'open') {
+        client.write(chunk);
+        return stallPassed(); // a stall of 0 ms: on as it comes
+      }
       if (this.mode !== 'blackhole-after-notification') return;
       // Forward whole frames up to and including the (first matching) notification, then go silent.
       client.write(match === undefined ? chunk : chunk.subarray(0, match.end));
@@ -210,6 +247,34 @@ export class TcpProxy {
    */
   rewriteConnectResponses(rewrite) {
     this.rewriters.connectResponse = rewrite;
+  }
+
+  /**
+   * New connections' ConnectResponse (and what follows) reaches the client `holdMs` late, as with
+   * holdConnectResponses(), until one connection's answers were passed on (one that closes
+   * first, a client giving up on its handshake, does not count, nor one that tells the client
+   * its session expired): a client stalled inside its handshake (0: not held, only watched).
+   * With `newSessionOnly`, only a connection that asks for a new session is held and counts (a
+   * re-attach passes as usual). `onPassed` runs in the turn the answers are passed on, before
+   * the client can read them (a blackhole() there swallows whatever the client sends once it
+   * read them). Resolves true then, false if called off first (cancelHandshakeStall(), or
+   * another call).
+   * @param {number} holdMs
+   * @param {() => void} [onPassed]
+   * @param {{ newSessionOnly?: boolean }} [options]
+   * @returns {Promise<boolean>}
+   */
+  stallNextHandshake(holdMs, onPassed = () => undefined, options = {}) {
+    this.cancelHandshakeStall();
+    return new Promise((resolve) => {
+      this.handshakeStall = { holdMs, newSessionOnly: options.newSessionOnly ?? false, passed: false, onPassed, resolve };
+    });
+  }
+
+  /** Calls off a stallNextHandshake() that no connection has taken yet. */
+  cancelHandshakeStall() {
+    this.handshakeStall?.resolve(false);
+    this.handshakeStall = undefined;
   }
 
   /** Drops all connections and refuses new ones until restore(). */

@@ -225,11 +225,17 @@ export class ZkServerHandle {
 
   /**
    * Starts a stopped server again; resolves once it serves (for an ensemble: leader or follower).
+   * With a session timeout bound, that line of its config is changed first (it stays so for
+   * later restarts): a client that re-attaches there negotiates within the new bounds.
    * @param {number} id
+   * @param {{ minSessionTimeoutMs?: number, maxSessionTimeoutMs?: number }} [config]
    * @returns {Promise<void>}
    */
-  async restartServer(id) {
-    await this.script(['restart', '--dir', this.dir, '--id', String(id)]);
+  async restartServer(id, config = {}) {
+    const args = ['restart', '--dir', this.dir, '--id', String(id)];
+    if (config.minSessionTimeoutMs !== undefined) args.push('--min-session-timeout', String(config.minSessionTimeoutMs));
+    if (config.maxSessionTimeoutMs !== undefined) args.push('--max-session-timeout', String(config.maxSessionTimeoutMs));
+    await this.script(args);
   }
 
   /**
@@ -317,6 +323,22 @@ export class ZkEnsembleHandle extends ZkServerHandle {
     this.peerLinks().rejoin(id);
   }
 
+  /**
+   * Delays, in order, what server `id` and server `peer` send each other on their quorum link
+   * (a follower that lags behind the leader: proposals, commits and pings come late, and so do
+   * its acks and the session touches it reports): `outMs` what `id` sends, `inMs` what it
+   * receives. Nothing is dropped or closed; 0 and 0 end it (what is on its way still arrives in
+   * order). Infinity: nothing passes that way (a one-way partition: e.g. the leader hears none
+   * of the follower's acks and touches while its commits still reach it); ending that drops the
+   * two servers' connections (they open new ones). Needs an ensemble started with `peerLinks: true`.
+   * @param {number} id
+   * @param {number} peer
+   * @param {{ outMs: number, inMs: number }} delays
+   */
+  lag(id, peer, delays) {
+    this.peerLinks().lag(id, peer, delays);
+  }
+
   /** @private */
   peerLinks() {
     const links = PEER_LINKS.get(this.dir);
@@ -382,6 +404,10 @@ export class ZkEnsembleHandle extends ZkServerHandle {
 class PeerLinks {
   /** @type {Set<number>} */
   isolated = new Set();
+  /** lag(): `${sender}>${receiver}` -> ms that the quorum link's data from sender to receiver waits. @type {Map<string, number>} */
+  delays = new Map();
+  /** What waits (lag) to be written to a socket, in order. @type {WeakMap<import('node:net').Socket, DelayLine>} */
+  lines = new WeakMap();
   /** @type {PeerLink[]} */
   links = [];
 
@@ -438,7 +464,7 @@ class PeerLinks {
       if (this.silent(link)) return;
       const chunk = rewrite ? rewrite(received) : received;
       if (!chunk) return;
-      if (upstream) upstream.write(chunk);
+      if (upstream) this.pass(link, link.from, upstream, chunk);
       else pending.push(chunk);
     });
     // A close does not cross a silent link either: the other side stays open, hearing nothing.
@@ -453,10 +479,10 @@ class PeerLinks {
       attemptSocket.on('error', () => undefined);
       attemptSocket.once('connect', () => {
         upstream = attemptSocket;
-        for (const chunk of pending.splice(0)) attemptSocket.write(chunk);
+        for (const chunk of pending.splice(0)) this.pass(link, link.from, attemptSocket, chunk);
       });
       attemptSocket.on('data', (chunk) => {
-        if (!this.silent(link)) socket.write(chunk);
+        if (!this.silent(link)) this.pass(link, link.to, socket, chunk);
       });
       attemptSocket.on('close', () => {
         link.sockets.delete(attemptSocket);
@@ -513,6 +539,44 @@ class PeerLinks {
     }
   }
 
+  /**
+   * Writes `chunk`, which server `sender` sent on `link`, to `to`: at once, or after the link's
+   * lag (behind what already waits there, so that the stream keeps its order). What is due while
+   * the link is silent is dropped, as anything sent then.
+   * @param {PeerLink} link
+   * @param {number} sender
+   * @param {import('node:net').Socket} to
+   * @param {Buffer} chunk
+   */
+  pass(link, sender, to, chunk) {
+    const receiver = sender === link.from ? link.to : link.from;
+    const ms = link.kind === 'quorum' ? (this.delays.get(`${sender}>${receiver}`) ?? 0) : 0;
+    if (ms === Infinity) return;
+    let line = this.lines.get(to);
+    if (ms === 0 && !line?.busy) return void to.write(chunk);
+    if (!line) this.lines.set(to, (line = new DelayLine(to, () => this.silent(link))));
+    line.push(chunk, ms);
+  }
+
+  /**
+   * @param {number} id
+   * @param {number} peer
+   * @param {{ outMs: number, inMs: number }} delays
+   */
+  lag(id, peer, { outMs, inMs }) {
+    const keys = [`${id}>${peer}`, `${peer}>${id}`];
+    const wasSilent = keys.some((k) => this.delays.get(k) === Infinity);
+    this.delays.set(keys[0], outMs);
+    this.delays.set(keys[1], inMs);
+    if (!wasSilent || outMs === Infinity || inMs === Infinity) return;
+    // What was dropped broke their streams: new connections.
+    for (const link of this.links) {
+      if (!((link.from === id && link.to === peer) || (link.from === peer && link.to === id))) continue;
+      for (const socket of link.sockets) socket.destroy();
+      link.sockets.clear();
+    }
+  }
+
   /** @param {number} id */
   isolate(id) {
     this.isolated.add(id);
@@ -534,6 +598,44 @@ class PeerLinks {
       link.sockets.clear();
       await new Promise((resolve) => link.server.close(() => resolve(undefined)));
     }
+  }
+}
+
+/** Chunks on their way to one socket, each written once its time has come, in order (PeerLinks.lag). */
+class DelayLine {
+  /** @type {{ due: number, chunk: Buffer }[]} */
+  queue = [];
+  /** @type {NodeJS.Timeout | undefined} */
+  timer;
+
+  /**
+   * @param {import('node:net').Socket} socket
+   * @param {() => boolean} silent what comes due while this is true is dropped
+   */
+  constructor(socket, silent) {
+    this.socket = socket;
+    this.silent = silent;
+  }
+
+  get busy() {
+    return this.queue.length > 0;
+  }
+
+  /** @param {Buffer} chunk @param {number} ms */
+  push(chunk, ms) {
+    const last = this.queue.at(-1)?.due ?? 0;
+    this.queue.push({ due: Math.max(performance.now() + ms, last), chunk });
+    this.timer ??= setTimeout(() => this.drain(), Math.max(0, /** @type {number} */ (this.queue[0]?.due) - performance.now()));
+  }
+
+  /** @private */
+  drain() {
+    this.timer = undefined;
+    while (this.queue.length > 0 && /** @type {{ due: number }} */ (this.queue[0]).due <= performance.now()) {
+      const { chunk } = /** @type {{ chunk: Buffer }} */ (this.queue.shift());
+      if (!this.socket.destroyed && !this.silent()) this.socket.write(chunk);
+    }
+    if (this.queue.length > 0) this.timer = setTimeout(() => this.drain(), Math.max(0, /** @type {{ due: number }} */ (this.queue[0]).due - performance.now()));
   }
 }
 
