@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 // Carries one fix to the `zookeeper` addon (7.3.0) and rebuilds it. Run by hand by whoever opts into
 // the addon (`client: 'addon'`): `node node_modules/nestjs-zk-lock/scripts/patch-zookeeper-addon.cjs`;
-// in this repository it runs on `npm ci` (prepare), for the addon's tests. The package itself
-// installs without any script.
+// in this repository `npm test` and `npm run bench` run it first, for the addon's tests (the
+// addon is a dev dependency here). The package itself has no lifecycle script: nothing runs on install.
 //
 // The defect: when the C client closes its socket inside zookeeper_interest() (receive timeout on a
 // silent link or after a process stall, or a connect() that fails at once) it returns an error,

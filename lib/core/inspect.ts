@@ -431,7 +431,7 @@ export async function checkCreateAccess(session: ZkSession, basePath: string): P
  * The ACL of `path` if this session may read the node. getAcl only after a read succeeded: the
  * addon crashes the process when getAcl fails (NONODE, NOAUTH: it frees the missing ACL).
  */
-async function readableAcl(session: ZkSession, path: string): Promise<ZkAcl[] | undefined> {
+export async function readableAcl(session: ZkSession, path: string): Promise<ZkAcl[] | undefined> {
   try {
     await session.getData(path);
     return await session.getAcl(path);

@@ -14,7 +14,9 @@ export interface LockEngineOptions extends HolderIdentity {
    * ACL of every node the library creates: lock paths, their missing ancestors, and the lock nodes
    * themselves. ZooKeeper checks create/delete permission on the parent and write permission on the
    * node, so with e.g. `SECURE_PARENT_ACL` only clients with the same credentials can take or break
-   * these locks, rewrite a holder's data or ask it to let go (revoke). Default: open.
+   * these locks, rewrite a holder's data or ask it to let go (revoke). With an ACL, `basePath` and
+   * its missing ancestors are made PERSISTENT, not as containers: ZooKeeper never deletes them when
+   * empty, so no client with other credentials can make them again under its own ACL. Default: open.
    */
   parentAcl?: readonly ZkAcl[];
   /**
@@ -108,7 +110,7 @@ export class LockEngine {
     private readonly identity: LockEngineOptions = {},
   ) {
     this.basePath = validateEngineOptions(identity);
-    this.ops = new ZkOperations(connection, identity.parentAcl, identity.maxIdleLockPaths);
+    this.ops = new ZkOperations(connection, { acl: identity.parentAcl, basePath: this.basePath, maxIdleLockPaths: identity.maxIdleLockPaths });
     this.nodeData = holderDataWriter({ app: identity.app, instance: identity.instance });
     // After the caller's synchronous setup, so that its onWarning listener hears it.
     queueMicrotask(() => this.warnIfAddonUnfixed());

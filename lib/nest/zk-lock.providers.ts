@@ -3,7 +3,9 @@ import { InvalidOptionError, ZkConnectError } from '../core/errors.js';
 import { validateParticipantId } from '../core/recipes/leadership.js';
 import { LockEngine, SECURE_PARENT_ACL, validateEngineOptions } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/connection/zk-connection.js';
-import { checkCreateAccess, formatAcl, StaleHolderWatch } from '../core/inspect.js';
+import { checkCreateAccess, formatAcl, readableAcl, StaleHolderWatch } from '../core/inspect.js';
+import { ensureLockRoot, letsAnyoneCreate } from '../core/operations/lock-root.js';
+import type { ZkAcl, ZkSession } from '../core/client/session.js';
 import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
@@ -15,6 +17,12 @@ const logger = new Logger('ZkLockModule');
 
 function isExternal(options: ZkLockModuleOptions): options is ZkLockModuleOptions & { connection: ZkConnection } {
   return 'connection' in options && options.connection !== undefined;
+}
+
+/** The ACL of the nodes the module makes: `parentAcl`, else with credentials locked down to them. */
+function moduleParentAcl(options: ZkLockModuleOptions): readonly ZkAcl[] | undefined {
+  const hasAuth = 'auth' in options && options.auth !== undefined;
+  return options.parentAcl ?? (hasAuth ? SECURE_PARENT_ACL : undefined);
 }
 
 /**
@@ -29,12 +37,15 @@ export class ModuleConnection implements BootstrapSession {
   private accessDenied: ZkConnectError | undefined;
   /** Whether the last access check got an answer (a dropped link leaves it open until the next connect). */
   private accessChecked = false;
+  private openRootWarned = false;
 
   private constructor(
     readonly connection: ZkConnection,
     /** Whether the module opened the connection (and so closes it). */
     private readonly owned: boolean,
     readonly basePath: string,
+    /** The ACL guarding what the module makes (none: open); with one, the root is made at bootstrap. */
+    private readonly rootAcl: readonly ZkAcl[] | undefined,
   ) {
     this.staleHolders = new StaleHolderWatch(connection, basePath);
   }
@@ -56,7 +67,8 @@ export class ModuleConnection implements BootstrapSession {
     const connection = isExternal(options) ? options.connection : new ZkConnection(options);
     if (!(connection instanceof ZkConnection)) throw new InvalidOptionError('connection', 'expected a ZkConnection');
     if (connection.state === 'closed') throw new InvalidOptionError('connection', 'is closed');
-    const opened = new ModuleConnection(connection, !isExternal(options), basePath);
+    const acl = moduleParentAcl(options);
+    const opened = new ModuleConnection(connection, !isExternal(options), basePath, acl?.length ? acl : undefined);
     opened.startLog(!waitForConnection);
     if (connection.state !== 'connecting') {
       // A connection passed in, already open.
@@ -95,18 +107,22 @@ export class ModuleConnection implements BootstrapSession {
   /**
    * Checks that the session may create under basePath (creates and deletes an ephemeral probe node
    * in basePath or its nearest existing ancestor); resolves with the failure, if any. Rejects when
-   * ZooKeeper does not answer (the previous result stays).
+   * ZooKeeper does not answer (the previous result stays). Under an ACL, a missing basePath is
+   * made first (persistent, with the ACL): the first application with credentials to boot owns it,
+   * and one with other credentials is refused here, whichever starts later.
    */
   async checkAccess(): Promise<ZkConnectError | undefined> {
     const { connection, basePath } = this;
     const session = connection.session;
     if (connection.state !== 'connected' || !session) return this.accessDenied;
     const { auth } = connection.options;
+    if (this.rootAcl) await ensureLockRoot(session, basePath, this.rootAcl);
     const denied = await checkCreateAccess(session, basePath);
     this.accessChecked = true;
     if (!denied) {
       if (this.accessDenied) logger.log(`The credentials may now create under basePath ${basePath}`);
       this.accessDenied = undefined;
+      await this.warnIfRootOpen(session);
       return undefined;
     }
     const users = auth.map((a) => (a.scheme === 'digest' ? `digest user ${JSON.stringify(a.credentials.split(':')[0])}` : `scheme ${a.scheme}`));
@@ -122,6 +138,24 @@ export class ModuleConnection implements BootstrapSession {
     this.accessDenied = error;
     if (changed) logger.error(`${error.message}; lock calls fail until it is fixed`);
     return error;
+  }
+
+  /**
+   * Warns once when basePath lets anyone create in it while this module locks its nodes down: a
+   * lock's path, a container, goes when empty, and a client with other credentials may then make
+   * it again under its own ACL and lock this application out of that lock.
+   */
+  private async warnIfRootOpen(session: ZkSession): Promise<void> {
+    const { basePath, rootAcl } = this;
+    if (!rootAcl || this.openRootWarned || letsAnyoneCreate(rootAcl)) return;
+    const acl = await readableAcl(session, basePath);
+    if (!acl || !letsAnyoneCreate(acl)) return;
+    this.openRootWarned = true;
+    logger.warn(
+      `basePath ${basePath} lets anyone create in it (its ACL is ${formatAcl(acl)}) although this module's nodes are locked down: ` +
+        'a client with other credentials can make a missing lock path there under its own ACL and lock this application out of that lock. ' +
+        `Restrict it (zkCli.sh setAcl ${basePath} with your credentials' digest and world:anyone:r), or use a basePath that does not exist yet: the module makes it, persistent, with its ACL`,
+    );
   }
 
   /** Runs the check, logging a failure (waitForConnection: false, and every new session). */
@@ -211,8 +245,7 @@ export const engineProvider: Provider = {
   inject: [ZkConnection, ZK_LOCK_MODULE_OPTIONS],
   useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) => {
     // With credentials, parents are locked down unless the caller chose an ACL.
-    const hasAuth = 'auth' in options && options.auth !== undefined;
-    const parentAcl = options.parentAcl ?? (hasAuth ? SECURE_PARENT_ACL : undefined);
+    const parentAcl = moduleParentAcl(options);
     const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths } = options;
     const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths });
     engine.onWarning((message) => logger.warn(message));

@@ -1,6 +1,7 @@
 // ZooKeeper accepts any digest credentials at connect: wrong ones used to go unnoticed until the
 // first lock call failed with NOAUTH (the app booted, /health said up). The module now checks at
-// bootstrap, read-only, that its credentials may create under basePath.
+// bootstrap that its credentials may create under basePath (an ephemeral probe node).
+import { randomUUID } from 'node:crypto';
 import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { ZkConnectError } from '../../lib/core/errors.js';
@@ -10,7 +11,7 @@ import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';
 import { CreateMode, ZkPerm, type ZkAcl } from '../../lib/core/client/session.js';
 import { fourLetter } from '../support/zk-server.js';
-import { closeAll, connect, eventually, uniquePath, zkConnectString } from '../support/helpers.js';
+import { closeAll, connect, eventually, pastContainerReaping, uniquePath, zkConnectString } from '../support/helpers.js';
 
 afterAll(closeAll);
 
@@ -101,5 +102,63 @@ describe('ZkLockModule checks at bootstrap that its credentials may create under
     } finally {
       await app.close();
     }
+  }, 30_000);
+});
+
+// Reported: with auth, the lock root was a container node. Once the right app stopped and its
+// locks' paths were reaped, ZooKeeper deleted the empty root; an app with a wrong password then
+// booted (its check found only the open "/"), made the root again with its own ACL and took locks,
+// and the right app failed its bootstrap. The root guarded by credentials now stays.
+describe('the lock root guarded by credentials stays, whatever the start order', () => {
+  /** A fresh top-level basePath: no ancestor of it is made (nor locked down) for it. */
+  const freshBase = (label: string) => `/${label}-${process.pid}-${randomUUID().slice(0, 8)}`;
+
+  /** Boots, takes a lock and stops: 'ran', or the bootstrap's error. */
+  async function runOnce(options: Parameters<typeof ZkLockModule.forRoot>[0]): Promise<unknown> {
+    const app = await boot(options).catch((error: unknown) => error);
+    if (!('get' in (app as object))) return app;
+    const booted = app as Awaited<ReturnType<typeof boot>>;
+    try {
+      return await booted.get(LockService).withLock('orders', () => 'ran');
+    } finally {
+      await booted.close();
+    }
+  }
+
+  it('right app, stop, reaping, wrong app, right app: the wrong app fails its bootstrap, the right one boots', async () => {
+    const basePath = freshBase('credentials-root');
+    const right = { connectString: zkConnectString(), basePath, auth: { credentials: ALICE } };
+    const wrong = { connectString: zkConnectString(), basePath, auth: { credentials: 'alice:wrong-password' } };
+    expect(await runOnce(right)).toBe('ran');
+    // The lock's path, a container, goes once empty; then the reaper passes again over the root.
+    const observer = await connect({ auth: { credentials: ALICE } }); // ADMIN: reads the ACL's digest ids unmasked
+    await eventually(async () => (await observer.session!.exists(`${basePath}/orders`)) === null, 30_000);
+    await pastContainerReaping(observer);
+    const outcomes = { wrong: await runOnce(wrong), right: await runOnce(right) };
+    expect(outcomes).toEqual({ wrong: expect.objectContaining({ reason: 'auth-failed' }), right: 'ran' });
+    expect(await observer.session!.exists(basePath)).not.toBeNull();
+    // Only alice (all rights) and the world (read) are on the root: nothing of the wrong app's.
+    expect(await observer.session!.getAcl(basePath)).toEqual(expect.arrayContaining(ALICE_ACL));
+    expect(await observer.session!.getAcl(basePath)).toHaveLength(2);
+  }, 90_000);
+
+  it('is made at bootstrap, before any lock: the first app with credentials to boot owns it', async () => {
+    const basePath = freshBase('credentials-root-at-boot');
+    const app = await boot({ connectString: zkConnectString(), basePath, auth: { credentials: ALICE } });
+    await app.close();
+    await pastContainerReaping(await connect());
+    expect(await runOnce({ connectString: zkConnectString(), basePath, auth: { credentials: 'mallory:pw' } })).toMatchObject({ reason: 'auth-failed' });
+  }, 60_000);
+
+  it('warns once at bootstrap when an existing basePath lets anyone create in it (a lock path could then be taken)', async () => {
+    const basePath = freshBase('open-root');
+    await (await connect()).session!.create(basePath, Buffer.alloc(0), CreateMode.PERSISTENT);
+    const logged: string[] = [];
+    const app = await boot({ connectString: zkConnectString(), basePath, auth: { credentials: ALICE } }, logged);
+    await expect(app.get(LockService).withLock('orders', () => 'ran')).resolves.toBe('ran');
+    await app.close();
+    expect(logged.filter((line) => line.includes('lets anyone create'))).toEqual([
+      expect.stringContaining(`warn basePath ${basePath} lets anyone create in it (its ACL is world:anyone:cdrwa)`),
+    ]);
   }, 30_000);
 });

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { LockEngine, type LockEngineOptions } from '../../lib/core/lock-engine.js';
 import { ZkConnection, type ConnectionEvents } from '../../lib/core/connection/zk-connection.js';
 import type { ZkConnectionOptions } from '../../lib/core/connection/connection-options.js';
-import type { ZkSession } from '../../lib/core/client/session.js';
+import { CreateMode, type ZkSession } from '../../lib/core/client/session.js';
 import { wireSessionFactory } from '../../lib/core/client/wire/session.js';
 import { TICK_TIME_MS } from './zk-server.js';
 
@@ -112,4 +112,21 @@ export async function deleteTree(connection: ZkConnection, path: string): Promis
   const children = await session.getChildren(path).then((r) => r.children, () => [] as string[]);
   await Promise.all(children.map((child) => deleteTree(connection, `${path}/${child}`)));
   await session.delete(path).catch(() => undefined);
+}
+
+/**
+ * Resolves once ZooKeeper's container reaper has run a whole pass since the call, so every
+ * container that was empty at the call has been reaped. A pass deletes the candidates it listed at
+ * its start in no set order: the first canary container, emptied now, may go before another
+ * candidate of its pass; a second one, emptied once the first is gone, goes only in a later pass.
+ */
+export async function pastContainerReaping(connection: ZkConnection, timeoutMs = 30_000): Promise<void> {
+  const session = connection.session!;
+  for (let canaries = 0; canaries < 2; canaries++) {
+    const canary = `/reaper-canary-${randomUUID().slice(0, 8)}`;
+    await session.create(canary, Buffer.alloc(0), CreateMode.CONTAINER);
+    await session.create(`${canary}/child`, Buffer.alloc(0), CreateMode.PERSISTENT);
+    await session.delete(`${canary}/child`); // the reaper takes a container that had a child and has none
+    await eventually(async () => (await session.exists(canary)) === null, timeoutMs);
+  }
 }

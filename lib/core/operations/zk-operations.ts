@@ -3,6 +3,7 @@ import type { ZkConnection } from '../connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import { CreateMode, type WatchListener, type ZkAcl, type ZkSession, type ZkStat } from '../client/session.js';
 import { LockPaths } from './container-paths.js';
+import { isLockRootOrAbove } from './lock-root.js';
 import { SequenceShortcut } from './sequence-shortcut.js';
 
 const EMPTY = Buffer.alloc(0);
@@ -31,15 +32,20 @@ export interface Created {
 export class ZkOperations {
   constructor(
     private readonly connection: ZkConnection,
-    /**
-     * ACL of every node we create, parents and lock nodes alike (given with the create, so no
-     * node of ours is ever open; never applied to an existing node). Default: open.
-     */
-    acl?: readonly ZkAcl[],
-    maxIdleLockPaths?: number,
+    options: {
+      /**
+       * ACL of every node we create, parents and lock nodes alike (given with the create, so no
+       * node of ours is ever open; never applied to an existing node). Default: open.
+       */
+      acl?: readonly ZkAcl[];
+      /** The lock root: with an ACL, it and its ancestors are made PERSISTENT (see lock-root.ts). */
+      basePath?: string;
+      maxIdleLockPaths?: number;
+    } = {},
   ) {
-    this.acl = acl?.length ? acl : undefined;
-    this.paths = new LockPaths(connection, maxIdleLockPaths);
+    this.acl = options.acl?.length ? options.acl : undefined;
+    this.basePath = options.basePath;
+    this.paths = new LockPaths(connection, options.maxIdleLockPaths);
     this.shortcut = new SequenceShortcut((path) => this.paths.gone(path));
     // The shortcut's records prove nothing past a disconnection (see SequenceShortcut): dropped at
     // once, before anyone hears of it (this listener comes before the engine's).
@@ -64,6 +70,7 @@ export class ZkOperations {
   }
 
   private readonly acl: readonly ZkAcl[] | undefined;
+  private readonly basePath: string | undefined;
   /** The lock paths we used: which exist (a hint), and which to delete once idle. */
   readonly paths: LockPaths;
   /** Holding without a listing where we were last alone (see SequenceShortcut). */
@@ -93,7 +100,10 @@ export class ZkOperations {
     });
   }
 
-  /** Creates every missing ancestor of `path` and `path` itself as CONTAINER nodes, in one round trip. */
+  /**
+   * Creates every missing ancestor of `path` and `path` itself, in one round trip: as CONTAINER
+   * nodes, except the lock root and its ancestors when an ACL guards them (PERSISTENT).
+   */
   async ensureContainers(session: ZkSession, path: string): Promise<void> {
     // ZooKeeper answers a session's requests in order, so all creates go out at once; an ancestor
     // being made for another lock (a burst of new keys under a new parent) is not asked for again.
@@ -105,8 +115,14 @@ export class ZkOperations {
   }
 
   /** Creates the lock path `path` as a container; when this create made it, it is ours to delete once idle. */
-  private makeLockPath(session: ZkSession, path: string): Promise<void> {
+  private makeLockPath(session: ZkSession, path: string): Promise<unknown> {
+    if (this.isGuardedRoot(path)) return this.ancestorMade(session, path); // a lock named as the root itself: never ours to delete
     return session.create(path, EMPTY, CreateMode.CONTAINER, this.acl).then(() => this.paths.made(path));
+  }
+
+  /** The lock root or above it, under an ACL: made PERSISTENT, so that no reaper hands it to other credentials. */
+  private isGuardedRoot(path: string): boolean {
+    return this.acl !== undefined && this.basePath !== undefined && isLockRootOrAbove(path, this.basePath);
   }
 
   /** Ancestor creates in flight, per session and path. */
@@ -117,7 +133,7 @@ export class ZkOperations {
     let made = this.ancestorsInFlight.get(key);
     if (!made) {
       made = session
-        .create(path, EMPTY, CreateMode.CONTAINER, this.acl)
+        .create(path, EMPTY, this.isGuardedRoot(path) ? CreateMode.PERSISTENT : CreateMode.CONTAINER, this.acl)
         .then(
           () => this.paths.exists(path),
           (error: unknown) => (isZkCode(error, ZkCode.NODEEXISTS) ? this.paths.exists(path) : Promise.reject(error)),
@@ -132,9 +148,10 @@ export class ZkOperations {
   /**
    * Creates `parentPath/prefix+name` (ephemeral; sequential unless `sequential` is false) and, in
    * the same round trip, lists the parent (unless `list` is false: the caller expects not to need
-   * it; a create that had to be tried again lists anyway). The parents are made as containers when
-   * missing. A lost reply is recovered by finding the prefix after reconnecting to the same
-   * session. Resolves undefined when the session is gone (nothing of ours can survive then).
+   * it; a create that had to be tried again lists anyway). Missing parents are made as containers
+   * (the lock root under an ACL: persistent). A lost reply is recovered by finding the prefix after
+   * reconnecting to the same session. Resolves undefined when the session is gone (nothing of ours
+   * can survive then).
    */
   async createProtected(
     session: ZkSession,

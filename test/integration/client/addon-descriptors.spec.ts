@@ -7,7 +7,7 @@ import { closeAll, connect, zkConnectString } from '../../support/helpers.js';
 // The `zookeeper` addon as published keeps polling a descriptor number its C client closed on a
 // receive timeout, and later removes that number from epoll: whichever socket took it (an HTTP
 // connection, a new session) stops hearing anything, and libuv aborts the process when it next
-// changes that socket's interest. scripts/patch-zookeeper-addon.cjs (run on npm ci here; by hand for users) fixes it.
+// changes that socket's interest. scripts/patch-zookeeper-addon.cjs (run by npm test here; by hand for users) fixes it.
 // With the published addon this fixture ended with hung sockets in 2 of 3 runs of 10 silences and
 // in every run of 20 we tried.
 const FIXTURE = fileURLToPath(new URL('../fixtures/descriptor-churn.mjs', import.meta.url));

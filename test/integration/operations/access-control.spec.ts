@@ -1,10 +1,11 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { LockEngine, SECURE_PARENT_ACL } from '../../../lib/core/lock-engine.js';
 import { Mutex } from '../../../lib/core/recipes/mutex.js';
 import { ZkCode, ZkError } from '../../../lib/core/client/zk-error.js';
 import { CreateMode, ZkPerm } from '../../../lib/core/client/session.js';
 import { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
-import { closeAll, connect, engine, uniquePath } from '../../support/helpers.js';
+import { closeAll, connect, engine, eventually, exists, pastContainerReaping, uniquePath } from '../../support/helpers.js';
+import { resolveLockPath } from '../../../lib/core/paths.js';
 import { connectAddon } from '../../support/addon-client.js';
 import { within } from '../../support/lock-test-helpers.js';
 import { ensurePersistent, marker } from '../../support/revocation-support.js';
@@ -77,6 +78,23 @@ describe('access control: digest auth and locked-down parents', () => {
     const anonymous = await connect();
     await expect(anonymous.session!.setData(lease.path, Buffer.from('__REVOKE__'))).rejects.toMatchObject({ codeName: 'NOAUTH' });
     await lease.release();
+  });
+
+  it('with parentAcl, the base path outlives its last lock (persistent): the reaper never hands it to other credentials', async () => {
+    // Top-level base paths: no ancestor shared with other tests gets the ACL.
+    const guarded = `/acl-root-${randomUUID().slice(0, 8)}`;
+    const open = `/open-root-${randomUUID().slice(0, 8)}`;
+    const alice = new LockEngine(await connect({ auth: ALICE }), { basePath: guarded, parentAcl: SECURE_PARENT_ACL });
+    const anyone = new LockEngine(await connect(), { basePath: open });
+    for (const e of [alice, anyone]) await (await new Mutex(e, 'orders', resolveLockPath(e.basePath, 'orders')).acquire()).release();
+    // Sessions gone: nobody deletes the idle lock paths but ZooKeeper's reaper (empty containers).
+    await Promise.all([alice.connection.close(), anyone.connection.close()]);
+    const observer = await connect();
+    await eventually(async () => !(await exists(observer, `${guarded}/orders`)) && !(await exists(observer, `${open}/orders`)));
+    await pastContainerReaping(observer);
+    expect({ guarded: await exists(observer, guarded), open: await exists(observer, open) }).toEqual({ guarded: true, open: false });
+    const bob = await connect({ auth: { credentials: 'bob:other' } });
+    await expect(bob.session!.create(`${guarded}/orders`, Buffer.alloc(0), CreateMode.CONTAINER)).rejects.toMatchObject({ codeName: 'NOAUTH' });
   });
 
   it('reading the ACL of a missing node fails with NONODE (the process lives on)', async () => {
