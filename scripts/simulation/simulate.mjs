@@ -126,6 +126,7 @@ export async function simulate(lib, seed, options = {}) {
         if (client.lostAt.has(sessionHex) || closed) return;
         if (unforeseeable) {
           stats.unforeseeable++;
+          history.sessionExcuses.push({ session: sessionHex, from: expiredAt - history.t0, why: 'a re-attach shortened the timeout before the client read its answer' });
           log(`session ${sessionHex} expired after a re-attach shortened its timeout to ${session.lastTouch.timeout} ms, before the client read that answer`);
           return;
         }
@@ -343,7 +344,9 @@ function armFaults(world, model, clock, clients, log, history) {
   const stall = (/** @type {SimulatedClient} */ client, /** @type {number} */ ms) => {
     const lossAt = client.lossAt();
     const session = client.connection.session;
-    if (session && lossAt >= clock.now && lossAt < clock.now + ms) history.stalledPastDeadline.push({ session: session.id, from: lossAt - history.t0 });
+    if (session && lossAt >= clock.now && lossAt < clock.now + ms) {
+      history.sessionExcuses.push({ session: session.id, from: lossAt - history.t0, why: "holder's process stalled past its session's deadline" });
+    }
     clock.stallClient(client.index, ms);
   };
   const silence = (/** @type {any} */ server, /** @type {SimulatedClient} */ client, /** @type {number} */ ms) => {

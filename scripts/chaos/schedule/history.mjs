@@ -6,9 +6,11 @@
 //   Excused: a hold whose node the foreign client deleted after the hold began, from the delete
 //   on (until its holder is told, which ends the interval anyway); one that began after the
 //   delete's reply is not excused. A hold in a session the test killed, from the kill on, and any
-//   hold granted in that session before its link was back (events from before the cut). A hold
-//   whose process was stalled when its session's deadline passed (the simulation stalls one
-//   process at a time), from that deadline on: the process learns of the loss only when it runs.
+//   hold granted in that session before its link was back (events from before the cut). In the
+//   simulation (`sessionExcuses`): a hold whose process was stalled when its session's deadline
+//   passed (one process stalls at a time), from that deadline on, since the process learns of the
+//   loss only when it runs; and one whose session a re-attach shortened before the client could
+//   read the answer (see docs/safety.md), from the expiry on.
 // - fencing: of two holds of one lock that do not overlap, the later one's token is larger
 //   (readers compared with writers only; a semaphore's slots only with permits 1);
 // - no hang: every acquire settles within its waitMs + the session timeout + 5 s; none is left
@@ -25,7 +27,7 @@
  * @typedef {{ owner: string, client: number, lock: string, startedAt: number, waitMs: number | null, settledAt?: number, outcome?: string }} Acquire
  * @typedef {{ node: string, sentAt: number, repliedAt?: number, ok?: boolean }} Deletion
  * @typedef {{ session: string, client: number, from: number, restored?: number }} Kill
- * @typedef {{ session: string, from: number }} StalledPastDeadline
+ * @typedef {{ session: string, from: number, why: string }} SessionExcuse
  */
 
 export class History {
@@ -33,7 +35,7 @@ export class History {
   /** @type {Acquire[]} */ acquires = [];
   /** @type {Deletion[]} */ deletions = [];
   /** @type {Kill[]} */ kills = [];
-  /** @type {StalledPastDeadline[]} */ stalledPastDeadline = [];
+  /** @type {SessionExcuse[]} */ sessionExcuses = [];
   /** @type {Map<string, number>} lock path -> permits (semaphores) */ permits = new Map();
   /** @type {string[]} unexpected errors from the library (reported, and a failure) */ errors = [];
   /** @type {string[]} what happened, in order (for a failure's report) */ events = [];
@@ -120,9 +122,9 @@ export class History {
       if (k.session !== h.session) continue;
       if (h.grantedAt <= (k.restored ?? Infinity) && (!best || k.from < best.at)) best = { at: Math.max(h.grantedAt, k.from), why: 'session killed by the test' };
     }
-    for (const s of this.stalledPastDeadline) {
-      if (s.session !== h.session || h.grantedAt > s.from) continue;
-      if (!best || s.from < best.at) best = { at: s.from, why: "holder's process stalled past its session's deadline" };
+    for (const e of this.sessionExcuses) {
+      if (e.session !== h.session || h.grantedAt > e.from) continue;
+      if (!best || e.from < best.at) best = { at: e.from, why: e.why };
     }
     return best;
   }
