@@ -1,5 +1,32 @@
-import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
+import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
+import { APP_FILTER, APP_INTERCEPTOR, HttpAdapterHost } from '@nestjs/core';
+import { InvalidOptionError } from '../core/errors.js';
+import { ErrorAnswerInterceptor } from './error-answer.interceptor.js';
+import type { AnswerSettings } from './error-answers.js';
+import { moduleExceptionFilter } from './zk-lock-exception.filter.js';
+import type { ZkLockModuleOptions, ZkLockModuleExtras } from './zk-lock-module-options.interface.js';
+
+/**
+ * Options that decide which providers the module has, so they sit beside `useFactory` in
+ * `forRootAsync` (as `isGlobal` does); in the options a factory returns they come too late.
+ */
+export const ANSWER_EXTRAS = ['answerErrors', 'answerLockNames'] as const;
+
+function flag(extras: Partial<ZkLockModuleExtras>, option: 'answerErrors' | 'answerLockNames', fallback: boolean): boolean {
+  const value = extras[option];
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw new InvalidOptionError(option, `expected true or false, got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`);
+  return value;
+}
+
+/** The global interceptor and filter that answer the library's errors (docs/with-lock.md). */
+function errorAnswerProviders(settings: AnswerSettings): Provider[] {
+  return [
+    { provide: APP_INTERCEPTOR, inject: [HttpAdapterHost], useFactory: (host: HttpAdapterHost) => new ErrorAnswerInterceptor(host, settings) },
+    // Errors raised outside a handler (guards, middleware) and every RPC answer.
+    { provide: APP_FILTER, inject: [HttpAdapterHost], useFactory: (host: HttpAdapterHost) => moduleExceptionFilter(host, settings) },
+  ];
+}
 
 export const {
   ConfigurableModuleClass: ZkLockConfigurableModule,
@@ -7,5 +34,13 @@ export const {
 } = new ConfigurableModuleBuilder<ZkLockModuleOptions>({ moduleName: 'ZkLock' })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createZkLockOptions')
-  .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  .setExtras<ZkLockModuleExtras>({ isGlobal: true, answerErrors: true, answerLockNames: false }, (definition, extras) => {
+    const answers = flag(extras, 'answerErrors', true);
+    const lockNames = flag(extras, 'answerLockNames', false);
+    return {
+      ...definition,
+      global: extras.isGlobal,
+      providers: [...(definition.providers ?? []), ...(answers ? errorAnswerProviders({ lockNames }) : [])],
+    };
+  })
   .build();
