@@ -46,9 +46,13 @@ export interface ZkLockLeadershipOptions {
  * not in the options the factory returns.
  * @publicApi
  */
-export interface ZkLockModuleExtras {
+export interface ZkLockModuleExtras extends ZkLockAnswerOptions {
   /** Default true: the module is global (feature modules inject LockService without importing it). */
   isGlobal: boolean;
+}
+
+/** How the library's errors answer callers (ZkLockModule and ZkLockTestingModule). @publicApi */
+export interface ZkLockAnswerOptions {
   /**
    * Default true: the library's errors answer HTTP, RPC and WebSocket callers with their meaning,
    * with no setup: 409 (lock not acquired) and 503 (ZooKeeper away, not the leader) with

@@ -4,7 +4,7 @@ import { InvalidOptionError } from '../core/errors.js';
 import { ErrorAnswerInterceptor } from './error-answer.interceptor.js';
 import type { AnswerSettings } from './error-answers.js';
 import { moduleExceptionFilter } from './zk-lock-exception.filter.js';
-import type { ZkLockModuleOptions, ZkLockModuleExtras } from './zk-lock-module-options.interface.js';
+import type { ZkLockAnswerOptions, ZkLockModuleExtras, ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
 
 /**
  * Options that decide which providers the module has, so they sit beside `useFactory` in
@@ -12,15 +12,20 @@ import type { ZkLockModuleOptions, ZkLockModuleExtras } from './zk-lock-module-o
  */
 export const ANSWER_EXTRAS = ['answerErrors', 'answerLockNames'] as const;
 
-function flag(extras: Partial<ZkLockModuleExtras>, option: 'answerErrors' | 'answerLockNames', fallback: boolean): boolean {
+function flag(extras: Partial<ZkLockAnswerOptions>, option: keyof ZkLockAnswerOptions, fallback: boolean): boolean {
   const value = extras[option];
   if (value === undefined) return fallback;
   if (typeof value !== 'boolean') throw new InvalidOptionError(option, `expected true or false, got ${typeof value === 'string' ? JSON.stringify(value) : String(value)}`);
   return value;
 }
 
-/** The global interceptor and filter that answer the library's errors (docs/with-lock.md). */
-function errorAnswerProviders(settings: AnswerSettings): Provider[] {
+/**
+ * The global interceptor and filter that answer the library's errors (docs/with-lock.md), unless
+ * `answerErrors: false`; ZkLockTestingModule registers them too.
+ */
+export function errorAnswerProviders(options: Partial<ZkLockAnswerOptions>): Provider[] {
+  const settings: AnswerSettings = { lockNames: flag(options, 'answerLockNames', false) };
+  if (!flag(options, 'answerErrors', true)) return [];
   return [
     { provide: APP_INTERCEPTOR, inject: [HttpAdapterHost], useFactory: (host: HttpAdapterHost) => new ErrorAnswerInterceptor(host, settings) },
     // Errors raised outside a handler (guards, middleware) and every RPC answer.
@@ -34,13 +39,9 @@ export const {
 } = new ConfigurableModuleBuilder<ZkLockModuleOptions>({ moduleName: 'ZkLock' })
   .setClassMethodName('forRoot')
   .setFactoryMethodName('createZkLockOptions')
-  .setExtras<ZkLockModuleExtras>({ isGlobal: true, answerErrors: true, answerLockNames: false }, (definition, extras) => {
-    const answers = flag(extras, 'answerErrors', true);
-    const lockNames = flag(extras, 'answerLockNames', false);
-    return {
-      ...definition,
-      global: extras.isGlobal,
-      providers: [...(definition.providers ?? []), ...(answers ? errorAnswerProviders({ lockNames }) : [])],
-    };
-  })
+  .setExtras<ZkLockModuleExtras>({ isGlobal: true, answerErrors: true, answerLockNames: false }, (definition, extras) => ({
+    ...definition,
+    global: extras.isGlobal,
+    providers: [...(definition.providers ?? []), ...errorAnswerProviders(extras)],
+  }))
   .build();

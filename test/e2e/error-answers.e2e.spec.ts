@@ -10,6 +10,7 @@ import {
   Post,
   UseGuards,
   type ArgumentsHost,
+  type DynamicModule,
   type CanActivate,
   type ExceptionFilter,
   type INestApplication,
@@ -26,6 +27,7 @@ import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
 import { ZkLockExceptionFilter } from '../../lib/nest/zk-lock-exception.filter.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
+import { ZkLockTestingModule } from '../../lib/testing/index.js';
 import { closeAll, eventually, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
@@ -159,7 +161,7 @@ interface Started {
 const apps: INestApplication[] = [];
 
 async function start(
-  lockModule = ZkLockModule.forRoot({ connectString: zkConnectString(), basePath }),
+  lockModule: DynamicModule = ZkLockModule.forRoot({ connectString: zkConnectString(), basePath }),
   { adapter = 'Express' as AdapterName, providers = [] as Provider[], configure = (_app: INestApplication) => {} } = {},
 ): Promise<Started> {
   @Module({ imports: [lockModule], controllers: [Seats], providers: [InspectingGuard, ...providers] })
@@ -359,6 +361,14 @@ describe('the options', () => {
     expect(long.body).toMatchObject({ reason: 'invalid-lock-key', lockName: `seat:${'k'.repeat(59)}…` });
     expect(long.body.message).toContain('(5005 characters)');
     expect(long.text.length).toBeLessThan(600);
+  });
+
+  it('ZkLockTestingModule answers as ZkLockModule does, and takes the same options', async () => {
+    const { url } = await start(ZkLockTestingModule.forRoot());
+    expect((await twoBuyers(url)).second).toMatchObject({ status: 409, retryAfter: '1', body: busy });
+    expect(await request(url, '/seats', { seat: LONG_KEY })).toMatchObject({ status: 400, body: { reason: 'invalid-lock-key' } });
+    const bare = await start(ZkLockTestingModule.forRoot({ answerErrors: false }));
+    expect((await twoBuyers(bare.url)).second.status).toBe(500);
   });
 
   it('are validated: a value that is not a boolean, or one returned by the factory of forRootAsync, fails naming the option', async () => {
