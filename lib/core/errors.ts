@@ -1,6 +1,6 @@
 /**
  * Typed errors of the lock library. None of them is an HttpException: they also travel through
- * scheduled jobs, event listeners and queues (map them to HTTP with the opt-in filter).
+ * scheduled jobs, event listeners and queues (ZkLockModule answers them in HTTP, RPC and WebSocket contexts).
  * @publicApi
  */
 export class ZkLockError extends Error {
@@ -62,6 +62,30 @@ export class ReplyTooLargeError extends ZkLockError {
         `the client's limit of ${maxReplyBytes} bytes: raise the connection option maxReplyBytes to read it`,
     );
   }
+}
+
+/**
+ * A call's `signal` (`inspect`, `revoke`) aborted while it waited for a ZooKeeper session: no
+ * session was up all that time. `cause` is the signal's reason (a `TimeoutError` DOMException for
+ * `AbortSignal.timeout(ms)`).
+ */
+export class SessionWaitAbortedError extends ZkLockError {
+  constructor(
+    readonly operation: string,
+    options: { cause: unknown },
+  ) {
+    super(`${operation} gave up waiting for a ZooKeeper session: ${describeReason(options.cause)}`, options);
+  }
+
+  /** Whether the signal aborted for a timeout (`AbortSignal.timeout`, or a reason named TimeoutError). */
+  get timedOut(): boolean {
+    return (this.cause as { name?: unknown } | undefined)?.name === 'TimeoutError';
+  }
+}
+
+function describeReason(reason: unknown): string {
+  if (reason instanceof Error) return reason.message || reason.name;
+  return `the signal aborted (${String(reason)})`;
 }
 
 /** The connection was closed (module shutdown) while an operation needed it. */

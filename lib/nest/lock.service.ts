@@ -81,7 +81,8 @@ export class LockService {
   inspect(options?: InspectLocksOptions): Promise<LockInfo[]>;
   inspect(name: string, options?: InspectLockOptions): Promise<LockInfo | null>;
   inspect(nameOrOptions?: string | InspectLocksOptions, options?: InspectLockOptions): Promise<LockInfo[] | LockInfo | null> {
-    // Both wait for a connection: pass a signal (e.g. AbortSignal.timeout(2000)) to bound that.
+    // Both wait for a connection: a signal (e.g. AbortSignal.timeout(2000)) bounds that, then
+    // they reject with SessionWaitAbortedError (a 503 through the module's error answers).
     if (typeof nameOrOptions !== 'string') return inspectLocks(this.connection, this.engine.basePath, nameOrOptions);
     return inspectLock(this.connection, this.pathOf(nameOrOptions), options);
   }

@@ -13,7 +13,7 @@ export const LEADER_ELECTIONS_PROPERTY = '__zkLeaderElections';
 export interface OnlyLeaderOptions {
   /**
    * On an instance that does not lead: `'skip'` the call (it resolves undefined) or `'throw'` a
-   * NotLeaderError (503 through `ZkLockExceptionFilter`). Default: `'throw'` for HTTP route
+   * NotLeaderError (answered 503). Default: `'throw'` for HTTP route
    * handlers (a skipped one would answer 200 with nothing done), `'skip'` elsewhere (a job runs on
    * the leader only).
    */

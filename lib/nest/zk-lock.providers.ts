@@ -6,7 +6,7 @@ import { ZkConnection } from '../core/connection/zk-connection.js';
 import { checkCreateAccess, formatAcl, readableAcl, StaleHolderWatch } from '../core/inspect.js';
 import { ensureLockRoot, letsAnyoneCreate } from '../core/operations/lock-root.js';
 import type { ZkAcl, ZkSession } from '../core/client/session.js';
-import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
+import { ANSWER_EXTRAS, ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
 
@@ -60,6 +60,8 @@ export class ModuleConnection implements BootstrapSession {
 
   static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
+    const misplaced = ANSWER_EXTRAS.find((option) => option in options);
+    if (misplaced) throw new InvalidOptionError(misplaced, 'decides which providers the module has: pass it to forRootAsync beside useFactory, not in the options the factory returns');
     const basePath = validateEngineOptions(options); // every option is checked before we try to connect
     const { waitForConnection = true, participantId } = options;
     if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');

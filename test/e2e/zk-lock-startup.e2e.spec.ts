@@ -2,7 +2,7 @@ import { Controller, Get, Injectable, Module, type INestApplication, type Logger
 import { APP_FILTER } from '@nestjs/core';
 import { Cron } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
-import { ZkConnectError } from '../../lib/core/errors.js';
+import { SessionWaitAbortedError, ZkConnectError } from '../../lib/core/errors.js';
 import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
@@ -93,10 +93,13 @@ describe('ZkLockModule at startup', () => {
       expect(job.runs).toBe(0);
       expect(lines).toContainEqual(expect.stringMatching(/^warn NightlyJob\.run: ZooKeeper is unavailable .*; skipped this run$/));
 
-      // inspect() waits for a connection; a signal bounds that.
+      // inspect() waits for a connection; a signal bounds that, and says so with a typed error.
       const locks = app.get(LockService);
-      await expect(locks.inspect({ signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
-      await expect(locks.inspect('startup-seat', { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
+      for (const inspecting of [locks.inspect({ signal: AbortSignal.timeout(300) }), locks.inspect('startup-seat', { signal: AbortSignal.timeout(300) })]) {
+        const error = await inspecting.catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(SessionWaitAbortedError);
+        expect(error).toMatchObject({ timedOut: true, cause: { name: 'TimeoutError' } });
+      }
 
       // Past connectTimeoutMs it still tries, and says why it cannot connect.
       await eventually(() => lines.some((l) => l.startsWith('warn Still connecting to ZooKeeper after')), 15_000);
