@@ -1,4 +1,4 @@
-import { Inject, Logger, Optional } from '@nestjs/common';
+import { Inject, Optional } from '@nestjs/common';
 import { LockUsageError, NotLeaderError } from '../core/errors.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
 import { LeaderContext, LeaderElections } from './leader-elections.js';
@@ -29,7 +29,6 @@ export interface LeadershipHookMetadata {
   event: 'gained' | 'lost';
 }
 
-const logger = new Logger('OnlyLeader');
 const PATH_METADATA = 'path'; // @nestjs/common's route metadata key (@Get, @Post, ...)
 
 /**
@@ -64,8 +63,7 @@ export function OnlyLeader(election: string, options: OnlyLeaderOptions = {}) {
         // A route handler that skipped would answer 200 with nothing done: it throws by default (503).
         const isRoute = Reflect.getMetadata(PATH_METADATA, wrapper) !== undefined;
         if ((onNotLeader ?? (isRoute ? 'throw' : 'skip')) === 'throw') throw new NotLeaderError(election);
-        logger.debug(`${label}: not the leader of ${JSON.stringify(election)}; skipped this call`);
-        return undefined;
+        return undefined; // a follower's normal outcome, on every tick: nothing is logged
       }
       return LeaderContext.run(election, term, () => (original as (...a: unknown[]) => unknown).apply(this, args));
     };
