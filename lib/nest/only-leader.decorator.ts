@@ -1,7 +1,7 @@
 import { Inject, Optional } from '@nestjs/common';
 import { LockUsageError, NotLeaderError } from '../core/errors.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
-import { LeaderContext, LeaderElections } from './leader-elections.js';
+import { LeaderElections, runInLeaderContext } from './leader-elections.js';
 
 /** Metadata on a leader-only method and on leadership hooks (read by LeadershipExplorer). */
 export const ONLY_LEADER_METADATA = Symbol.for('nestjs-zk-lock:only-leader');
@@ -65,7 +65,7 @@ export function OnlyLeader(election: string, options: OnlyLeaderOptions = {}) {
         if ((onNotLeader ?? (isRoute ? 'throw' : 'skip')) === 'throw') throw new NotLeaderError(election);
         return undefined; // a follower's normal outcome, on every tick: nothing is logged
       }
-      return LeaderContext.run(election, term, () => (original as (...a: unknown[]) => unknown).apply(this, args));
+      return runInLeaderContext(election, term, () => (original as (...a: unknown[]) => unknown).apply(this, args));
     };
     copyMethodMetadata(original, wrapper);
     Reflect.defineMetadata(ONLY_LEADER_METADATA, { election, label } satisfies OnlyLeaderMetadata, wrapper);
