@@ -107,7 +107,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       maxReplyBytes: options.maxReplyBytes,
     });
   } catch (error) {
-    io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
+    io.err(`nestjs-zk-lock: ${inFlagTerms((error as Error).message)}\n`);
     return EXIT_USAGE;
   }
   try {
@@ -124,7 +124,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   } catch (error) {
     if (error instanceof ZkConnectError) {
-      io.err(`nestjs-zk-lock: ${error.message}\n`);
+      io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_UNREACHABLE;
     }
     if (error instanceof ZkError && error.codeName === 'NOAUTH') {
@@ -132,7 +132,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       return EXIT_USAGE;
     }
     if (error instanceof ReplyTooLargeError) {
-      io.err(`nestjs-zk-lock: ${error.message} (--max-reply-bytes)\n`);
+      io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_USAGE;
     }
     if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
@@ -144,6 +144,23 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } finally {
     await connection.close();
   }
+}
+
+/** The connection options this command sets from its flags, and those flags. */
+const FLAG_OF_OPTION: Record<string, string> = {
+  connectString: '--connect',
+  chroot: '--chroot',
+  connectTimeoutMs: '--timeout',
+  maxReplyBytes: '--max-reply-bytes',
+  auth: '--auth',
+};
+
+/** A message of the connection's, with the options it names said as this command's flags. */
+function inFlagTerms(message: string): string {
+  return message
+    .replace(/"(connectString|chroot|connectTimeoutMs|maxReplyBytes|auth)"/g, (_, option: string) => `"${FLAG_OF_OPTION[option]}"`)
+    .replace(/the connection option maxReplyBytes/g, '--max-reply-bytes')
+    .replace(/\b(connectString|connectTimeoutMs|maxReplyBytes)\b/g, (option: string) => FLAG_OF_OPTION[option]!);
 }
 
 const defaultIo: Io = {

@@ -98,9 +98,9 @@ let addonWarned = false;
  */
 export class LockEngine {
   readonly basePath: string;
-  /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
+  /** @internal Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
   readonly id = ++engines;
-  /** How the recipes ask ZooKeeper: protected creates, guaranteed deletes, container parents. */
+  /** @internal How the recipes ask ZooKeeper: protected creates, guaranteed deletes, container parents. */
   readonly ops: ZkOperations;
   private readonly bound = new Set<SessionBound>();
   private readonly cleanups = new Set<Promise<unknown>>();
@@ -137,6 +137,7 @@ export class LockEngine {
     this.warningListeners.add(listener);
     return () => this.warningListeners.delete(listener);
   }
+  /** @internal Reports a warning to the onWarning listeners (or as a process warning without any). */
   warn(message: string): void {
     if (this.warningListeners.size === 0) process.emitWarning(message, 'ZkLockWarning');
     for (const listener of this.warningListeners) listener(message);
@@ -160,18 +161,19 @@ export class LockEngine {
     );
   }
 
+  /** @internal `defaultWaitMs`, for LockService. */
   get defaultWaitMs(): number {
     return this.identity.defaultWaitMs ?? 0;
   }
 
-  /** The engine-wide defaults of the mutex options `coalesce` and `maxLocalHandoffs`. */
+  /** @internal The engine-wide defaults of the mutex options `coalesce` and `maxLocalHandoffs`. */
   get coalescing(): { coalesce: boolean; maxLocalHandoffs: number } {
     return { coalesce: this.identity.coalesce ?? true, maxLocalHandoffs: this.identity.maxLocalHandoffs ?? 16 };
   }
 
   private readonly localQueues = new Map<string, unknown>();
   /**
-   * The in-process queue registered under `key`, made by `make` if there is none. `make` gets a
+   * @internal The in-process queue registered under `key`, made by `make` if there is none. `make` gets a
    * callback that unregisters the queue once it is idle, so the map holds only busy locks.
    */
   localQueue<T>(key: string, make: (unregister: () => void) => T): T {
@@ -186,7 +188,7 @@ export class LockEngine {
     return queue;
   }
 
-  /** Locks with an in-process queue right now (for tests of clean-up). */
+  /** @internal Locks with an in-process queue right now (for tests of clean-up). */
   get localQueueCount(): number {
     return this.localQueues.size;
   }
@@ -194,6 +196,7 @@ export class LockEngine {
   /** Fresh holder data for a new node (created-at changes per node). */
   readonly nodeData: () => Buffer;
 
+  /** @internal Holds `item` until the returned function is called (shutdown ends what is still held). */
   track(item: SessionBound): () => void {
     this.bound.add(item);
     return () => {
@@ -204,7 +207,7 @@ export class LockEngine {
   /** Set while shutdown waits for holders to finish. */
   private onNoneHeld: (() => void) | undefined;
 
-  /** Runs a clean-up in the background and remembers it until it settles. */
+  /** @internal Runs a clean-up in the background and remembers it until it settles. */
   background(work: Promise<unknown>): void {
     const tracked = work.catch(() => undefined).finally(() => this.cleanups.delete(tracked));
     this.cleanups.add(tracked);
@@ -215,11 +218,12 @@ export class LockEngine {
     while (this.cleanups.size > 0) await Promise.all([...this.cleanups]);
   }
 
+  /** Leases and elections held through this engine now. */
   get liveCount(): number {
     return this.bound.size;
   }
 
-  /** True once shutdown began: new acquires are refused. */
+  /** @internal True once shutdown began: new acquires are refused. */
   get isShuttingDown(): boolean {
     return this.shuttingDown;
   }
@@ -267,7 +271,7 @@ export class LockEngine {
 
   private readonly stopListeners = new Set<(error: ConnectionClosedError) => void>();
   /**
-   * Calls `listener` once when waiting must stop for everyone: the connection closed or shutdown
+   * @internal Calls `listener` once when waiting must stop for everyone: the connection closed or shutdown
    * began (waiting acquirers give up). One set for all waiters: cheaper than a listener each.
    */
   onStop(listener: (error: ConnectionClosedError) => void): () => void {
@@ -281,7 +285,7 @@ export class LockEngine {
   }
   private readonly disconnectListeners = new Set<() => void>();
   /**
-   * Calls `listener` once when the connection is not connected: at once if it is not now, else
+   * @internal Calls `listener` once when the connection is not connected: at once if it is not now, else
    * when it next leaves 'connected'. One connection listener for all (try-once acquires).
    */
   onDisconnect(listener: () => void): () => void {

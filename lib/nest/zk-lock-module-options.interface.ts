@@ -16,8 +16,9 @@ export interface ZkLockBootOptions {
   /**
    * Default true: bootstrap waits for the first session (up to `connectTimeoutMs`) and fails
    * without it. false: the application starts at once and the session is opened in the
-   * background, retrying until it connects; until then lock calls fail with reason `connection`
-   * (answered 503) and scheduled jobs skip their runs with a warning.
+   * background, retrying until it connects; until then each lock call waits up to its `waitMs`
+   * for the session, then fails with reason `connection` (503), and scheduled jobs skip their
+   * runs with a warning.
    */
   waitForConnection?: boolean;
 }

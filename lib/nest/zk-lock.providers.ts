@@ -81,7 +81,10 @@ export class ModuleConnection implements BootstrapSession {
     const { description } = connection;
     const { connectTimeoutMs } = connection.options;
     if (!waitForConnection) {
-      logger.log(`Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); lock calls fail with reason 'connection' until connected`);
+      logger.log(
+        `Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); until connected, ` +
+          `each lock call waits up to its waitMs for the session, then fails with reason 'connection'`,
+      );
       connection.connectInBackground();
       return opened;
     }
@@ -99,7 +102,8 @@ export class ModuleConnection implements BootstrapSession {
 
   /** Bootstrap: fails with ZkConnectError (auth-failed) if the credentials may not create under basePath. */
   private async failIfDenied(): Promise<void> {
-    const denied = await this.checkAccess().catch(() => undefined); // no answer: checked again at the next connect
+    // Not logged: the bootstrap fails with it, and Nest prints that (once).
+    const denied = await this.checkAccess({ log: false }).catch(() => undefined); // no answer: checked again at the next connect
     if (!denied) return;
     this.close();
     if (this.owned) await this.connection.close().catch(() => undefined);
@@ -111,9 +115,10 @@ export class ModuleConnection implements BootstrapSession {
    * in basePath or its nearest existing ancestor); resolves with the failure, if any. Rejects when
    * ZooKeeper does not answer (the previous result stays). Under an ACL, a missing basePath is
    * made first (persistent, with the ACL): the first application with credentials to boot owns it,
-   * and one with other credentials is refused here, whichever starts later.
+   * and one with other credentials is refused here, whichever starts later. A new failure is
+   * logged as an error unless `log` is false.
    */
-  async checkAccess(): Promise<ZkConnectError | undefined> {
+  async checkAccess({ log = true } = {}): Promise<ZkConnectError | undefined> {
     const { connection, basePath } = this;
     const session = connection.session;
     if (connection.state !== 'connected' || !session) return this.accessDenied;
@@ -138,7 +143,7 @@ export class ModuleConnection implements BootstrapSession {
     );
     const changed = this.accessDenied?.message !== error.message;
     this.accessDenied = error;
-    if (changed) logger.error(`${error.message}; lock calls fail until it is fixed`);
+    if (changed && log) logger.error(`${error.message}; lock calls fail until it is fixed`);
     return error;
   }
 
@@ -168,9 +173,11 @@ export class ModuleConnection implements BootstrapSession {
   /** `inBackground`: nobody awaits the first connect, so a failure that closes it is logged here. */
   private startLog(inBackground: boolean): void {
     const { connection } = this;
-    const connected = (id: string) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`);
-    const suspended = () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`);
-    const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`);
+    // The server the session is (or was last) linked to; the whole connect string where the client cannot tell.
+    const server = () => connection.session?.server ?? connection.description;
+    const connected = (id: string) => logger.log(`Connected to ZooKeeper at ${server()} (session 0x${id})`);
+    const suspended = () => logger.warn(`Disconnected from ZooKeeper at ${server()}; the session may still be alive`);
+    const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper at ${server()} (session 0x${id})`);
     const lost = (reason: string, id: string) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`);
     const unreachable = (problems: string[], elapsedMs: number) =>
       logger.warn(`Still connecting to ZooKeeper after ${(elapsedMs / 1000).toFixed(0)} s, retrying: ${problems.join('; ')}`);

@@ -7,7 +7,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
 import type { AppConfig } from './config.js';
 
-// LOG_LEVEL=debug also shows @WithLock's "held elsewhere; skipped" lines (every second per instance).
+// LOG_LEVEL=debug also lists the @WithLock methods at startup (a tick skipped elsewhere is never logged).
 const app = await NestFactory.create<NestExpressApplication>(AppModule, {
   logger: process.env.LOG_LEVEL === 'debug' ? ['fatal', 'error', 'warn', 'log', 'debug'] : ['fatal', 'error', 'warn', 'log'],
 });

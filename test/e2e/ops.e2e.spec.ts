@@ -259,7 +259,10 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     const missingCa = await runCli(['locks', '--connect', zkConnectString(), '--tls-ca', '/nonexistent/ca.pem']);
     expect(missingCa).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-ca: cannot read "\/nonexistent\/ca.pem" \(ENOENT\)/) });
     const tinyReplies = await runCli(['locks', '--connect', zkConnectString(), '--max-reply-bytes', '1000']);
-    expect(tinyReplies).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "maxReplyBytes": expected an integer from 1048575/) });
+    // It speaks of its flags, not of the connection options they set.
+    expect(tinyReplies).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "--max-reply-bytes": expected an integer from 1048575/) });
+    const scheme = await runCli(['locks', '--connect', `zk://${zkConnectString()}`]);
+    expect(scheme).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "--connect": drop the "zk:\/\/"/) });
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: nestjs-zk-lock locks/);
@@ -269,7 +272,8 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     const result = await runCli(['locks', '--connect', '127.0.0.1:1', '--timeout', '1500']);
     expect(result.code).toBe(2);
     expect(result.stdout).toBe('');
-    expect(result.stderr).toMatch(/Cannot connect to ZooKeeper at 127\.0\.0\.1:1 \(unreachable\)/);
+    expect(result.stderr).toMatch(/Cannot connect to ZooKeeper at 127\.0\.0\.1:1 \(unreachable\): no server answered within --timeout \(1500 ms\)/);
+    expect(result.stderr).not.toContain('connectTimeoutMs');
     expect(result.ms).toBeLessThan(10_000);
     // A missing chroot is a connect failure too.
     const chroot = await runCli(['locks', '--connect', zkConnectString(), '--chroot', uniquePath('no-chroot')]);

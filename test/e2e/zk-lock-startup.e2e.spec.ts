@@ -83,7 +83,11 @@ describe('ZkLockModule at startup', () => {
       // Booted without the session: the link is cut, so waiting for it would have failed the boot
       // (ZkConnectError after connectTimeoutMs). No clock bound: a loaded machine boots slowly.
       expect(app.get(ZkConnection).state).toBe('connecting');
-      expect(lines).toContainEqual(expect.stringContaining(`log Connecting to ZooKeeper at ${proxy.connectString} in the background`));
+      // Each call waits its waitMs for the session (the seat 200 ms), as the line says, then fails.
+      expect(lines).toContainEqual(
+        `log Connecting to ZooKeeper at ${proxy.connectString} in the background (waitForConnection: false); ` +
+          "until connected, each lock call waits up to its waitMs for the session, then fails with reason 'connection'",
+      );
 
       const refused = await fetch(`${started.url}/seats/take`);
       expect(refused.status).toBe(503);
@@ -105,7 +109,7 @@ describe('ZkLockModule at startup', () => {
       await eventually(() => lines.some((l) => l.startsWith('warn Still connecting to ZooKeeper after')), 15_000);
       proxy.restore();
       await eventually(() => app!.get(ZkConnection).state === 'connected', 30_000);
-      expect(lines).toContainEqual(expect.stringMatching(/^log Connected to ZooKeeper /));
+      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^log Connected to ZooKeeper at ${proxy.connectString} \\(session 0x`)));
       const served = await fetch(`${started.url}/seats/take`);
       expect(served.status).toBe(200);
       expect(await served.text()).toBe('taken');

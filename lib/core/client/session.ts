@@ -117,6 +117,11 @@ export interface ZkSession {
   unansweredForMs(): number;
   /** Why the latest link attempt failed, where the client can tell (e.g. a TLS refusal); cleared by a handshake. */
   readonly lastLinkError?: string;
+  /**
+   * `host:port` of the server the session's link is connected to, or was last connected to (for
+   * log lines); undefined before the first handshake, and where the client cannot tell.
+   */
+  readonly server?: string;
 }
 
 export interface WriteOptions {

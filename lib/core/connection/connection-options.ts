@@ -82,6 +82,11 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
   if (typeof connectString !== 'string' || connectString.trim() === '') {
     throw new InvalidOptionError('connectString', 'expected a non-empty "host:port[,host:port...]" string');
   }
+  // A URL's scheme (zk://, as some tools write it) is not part of a connect string.
+  const scheme = /^\s*([a-z][a-z0-9+.-]*):\/\//i.exec(connectString);
+  if (scheme) {
+    throw new InvalidOptionError('connectString', `drop the "${scheme[1]}://": a connect string is "host:port[,host:port...]", with no scheme`);
+  }
   // The C client also accepts a chroot suffix on the connect string; we keep one way: the option.
   const slash = connectString.indexOf('/');
   if (slash >= 0) {

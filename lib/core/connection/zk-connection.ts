@@ -118,7 +118,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * When the link last came up (counted as connected) and went down (clock time), and how
+   * @internal When the link last came up (counted as connected) and went down (clock time), and how
    * long its oldest request had gone unanswered then: for a deadline whose timer ran late.
    */
   readonly links = { upAt: Infinity, downAt: -Infinity, unansweredAtDown: 0 };
@@ -148,7 +148,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * Declares the session lost now if its deadline (less the margin) has passed: a synchronous
+   * @internal Declares the session lost now if its deadline (less the margin) has passed: a synchronous
    * check for code that resumes after the event loop was blocked, before the deadline timer ran.
    * Returns false when the session is lost (or there is none).
    */
@@ -228,7 +228,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private keepAliveTimer: ClockTimer | undefined;
 
   /**
-   * Keeps the process alive until `work` settles, as a pending socket read would: while
+   * @internal Keeps the process alive until `work` settles, as a pending socket read would: while
    * disconnected the session holds no socket and every timer of the client is unref'd, so a
    * script awaiting a release or an acquire while ZooKeeper is away would otherwise exit (code 13)
    * in the middle of the call. Every call a user awaits (connection, engine, recipes, leases) goes
@@ -434,7 +434,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private linkUpRuns = 0;
 
   /**
-   * Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
+   * @internal Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
    * asks goes out before the sync that confirms the link is answered, and is answered before the
    * connection counts as connected again: for a watch whose request failed when the link dropped,
    * which the confirmation must not overtake. Never if the session ends first.

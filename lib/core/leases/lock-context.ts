@@ -26,15 +26,17 @@ export const LockContext = {
   current(): LockContextValue | undefined {
     return storage.getStore()?.current;
   },
-  /** The lease this call chain holds under `key` (a recipe's path and kind), if any. */
-  heldByChain(key: string): Lease | undefined {
-    return storage.getStore()?.byKey.get(key);
-  },
-  /** Runs `fn` with `lease` recorded as held under `key` by the call chain it starts. */
-  run<T>(key: string, lease: Lease, fn: () => T): T {
-    const outer = storage.getStore();
-    const byKey = new Map(outer?.byKey);
-    byKey.set(key, lease);
-    return storage.run({ byKey, current: lease }, fn);
-  },
 };
+
+/** @internal The lease this call chain holds under `key` (a recipe's path and kind), if any. */
+export function heldByChain(key: string): Lease | undefined {
+  return storage.getStore()?.byKey.get(key);
+}
+
+/** @internal Runs `fn` with `lease` recorded as held under `key` by the call chain it starts. */
+export function runInLockContext<T>(key: string, lease: Lease, fn: () => T): T {
+  const outer = storage.getStore();
+  const byKey = new Map(outer?.byKey);
+  byKey.set(key, lease);
+  return storage.run({ byKey, current: lease }, fn);
+}

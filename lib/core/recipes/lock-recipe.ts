@@ -6,7 +6,7 @@ import { publish } from '../diagnostics.js';
 import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
 import { notAcquiredError } from '../queue/cancellation.js';
 import type { LockEngine } from '../lock-engine.js';
-import { LockContext } from '../leases/lock-context.js';
+import { heldByChain, runInLockContext } from '../leases/lock-context.js';
 import type { Lease } from '../leases/lease.js';
 import type { Revocable } from './revocation.js';
 
@@ -21,7 +21,7 @@ export interface Lockable {
   tryAcquire(): Promise<Lease | null>;
   /** Acquires, runs `fn` with the lease (re-entrant inside it), releases in `finally`. */
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>;
-  /** Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
+  /** @internal Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
   runHolding<T>(lease: Lease, fn: () => T): T;
 }
 
@@ -51,7 +51,7 @@ export abstract class LockRecipe implements Lockable {
 
   protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
 
-  /** The key under which a call chain's hold on this lock is recorded (per connection). */
+  /** @internal The key under which a call chain's hold on this lock is recorded (per connection). */
   get contextKey(): string {
     return this.keyFor(this.kind);
   }
@@ -68,7 +68,7 @@ export abstract class LockRecipe implements Lockable {
   private async acquireLease(options: AcquireOptions): Promise<Lease> {
     validateAcquireOptions(options);
     if (this.reentrant) {
-      const held = LockContext.heldByChain(this.contextKey);
+      const held = heldByChain(this.contextKey);
       if (held instanceof ReentrantHandle && held.isHeld && this.owns(held)) return held.reenter();
     }
     const { clock } = this.engine.connection;
@@ -122,12 +122,13 @@ export abstract class LockRecipe implements Lockable {
     return parentOf(lease.path) === this.path && (!session || lease.sessionId === session.id);
   }
 
+  /** @internal */
   runHolding<T>(lease: Lease, fn: () => T): T {
-    return LockContext.run(this.contextKey, lease, fn);
+    return runInLockContext(this.contextKey, lease, fn);
   }
 }
 
-/** One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
+/** @internal One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
 export async function tryOnce(lock: Pick<Lockable, 'acquire'>): Promise<Lease | null> {
   try {
     return await lock.acquire({ waitMs: 0 });
@@ -137,7 +138,7 @@ export async function tryOnce(lock: Pick<Lockable, 'acquire'>): Promise<Lease | 
   }
 }
 
-/** Acquire, run `fn` holding the lock (re-entrant inside), release in `finally` (every Lockable's withLock). */
+/** @internal Acquire, run `fn` holding the lock (re-entrant inside), release in `finally` (every Lockable's withLock). */
 export async function runWithLock<T>(
   lock: Pick<Lockable, 'acquire' | 'runHolding'>,
   fn: (lease: Lease) => T | Promise<T>,

@@ -3,7 +3,7 @@ import { describe } from '../validation.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
-import { LockContext } from '../leases/lock-context.js';
+import { runInLockContext } from '../leases/lock-context.js';
 import { LockLostError, LockUsageError, type NotAcquiredReason } from '../errors.js';
 import { notAcquiredError } from '../queue/cancellation.js';
 
@@ -100,13 +100,13 @@ export class MultiLock implements Lockable {
   }
 
   /**
-   * Each member counts as held by the call chain (nested acquires re-enter), and
+   * @internal Each member counts as held by the call chain (nested acquires re-enter), and
    * `LockContext.current()` is the group: its signal aborts when any member is lost, its fencing
    * token is the first member's (canonical order); each member's own is in `group.leases[i]`.
    */
   runHolding<T>(lease: Lease, fn: () => T): T {
     const leases = (lease as LeaseGroup).leases;
-    const asGroup = () => LockContext.run(`multi:${this.path}`, lease, fn);
+    const asGroup = () => runInLockContext(`multi:${this.path}`, lease, fn);
     const run = this.members.reduceRight<() => T>((inner, member, i) => () => member.runHolding(leases[i]!, inner), asGroup);
     return run();
   }

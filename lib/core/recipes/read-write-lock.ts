@@ -1,7 +1,7 @@
 import { optionalPositiveInteger } from '../validation.js';
 import { LockUsageError } from '../errors.js';
 import type { LockEngine } from '../lock-engine.js';
-import { LockContext } from '../leases/lock-context.js';
+import { heldByChain } from '../leases/lock-context.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
@@ -66,14 +66,14 @@ export class WriteLock extends LockRecipe {
     };
   }
 
-  /** The write lease this call chain holds, if any. */
+  /** @internal The write lease this call chain holds, if any. */
   heldLease(): Lease | undefined {
-    const held = LockContext.heldByChain(this.contextKey);
+    const held = heldByChain(this.contextKey);
     return held?.isHeld ? held : undefined;
   }
 
   protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    if (LockContext.heldByChain(this.keyFor('read'))?.isHeld) {
+    if (heldByChain(this.keyFor('read'))?.isHeld) {
       throw new LockUsageError(
         `Lock ${JSON.stringify(this.name)}: this call chain holds the read lock and asked for the write lock; ` +
           'upgrading would deadlock (release the read lock first)',

@@ -72,6 +72,16 @@ describe('resolveConnectionOptions', () => {
     expect(resolveConnectionOptions({ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 }).maxReplyBytes).toBe(2 ** 30);
   });
 
+  it('refuses a URL scheme (zk://) saying to drop it, not blaming a chroot', () => {
+    for (const connectString of ['zk://zk1:2181', 'zk://zk1:2181,zk2:2181', 'ZK://zk1:2181/app']) {
+      const error = optionError({ connectString });
+      expect(error.option).toBe('connectString');
+      expect(error.message).toContain('drop the "');
+      expect(error.message).toMatch(/drop the "zk:\/\/"/i);
+      expect(error.message).not.toContain('chroot');
+    }
+  });
+
   it('never puts credentials in an error message', () => {
     const error = optionError({ connectString: 'zk1:2181', auth: { scheme: 'digest', credentials: 'secretpassword' } });
     expect(error.message).not.toContain('secretpassword');

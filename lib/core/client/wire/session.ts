@@ -135,6 +135,8 @@ export class WireZkSession implements ZkSession {
   private socket: LinkSocket | undefined;
   /** `host:port` of the current link, for lastLinkError. */
   private linkName = '';
+  /** `host:port` of the server the last handshake was with (see ZkSession.server). */
+  private connectedTo: string | undefined;
   private frames: FrameReader<SkippedReply> | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
@@ -201,6 +203,10 @@ export class WireZkSession implements ZkSession {
 
   get isClosed(): boolean {
     return this.closed || this.abandoned;
+  }
+
+  get server(): string | undefined {
+    return this.connectedTo;
   }
 
   get lastAnsweredSentAt(): number {
@@ -409,6 +415,7 @@ export class WireZkSession implements ZkSession {
     this.negotiatedTimeoutMs = response.timeoutMs;
     this.state = 'connected';
     this.lastLinkError = undefined;
+    this.connectedTo = this.linkName;
     this.hosts.connected();
     this.pingsOutstanding = 0;
     this.setWatchesOutstanding = 0;
