@@ -107,7 +107,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       maxReplyBytes: options.maxReplyBytes,
     });
   } catch (error) {
-    io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
+    io.err(`nestjs-zk-lock: ${inFlagTerms((error as Error).message)}\n`);
     return EXIT_USAGE;
   }
   try {
@@ -124,7 +124,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   } catch (error) {
     if (error instanceof ZkConnectError) {
-      io.err(`nestjs-zk-lock: ${error.message}\n`);
+      io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_UNREACHABLE;
     }
     if (error instanceof ZkError && error.codeName === 'NOAUTH') {
@@ -238,6 +238,14 @@ function tlsOptions(ca: string | undefined, cert: string | undefined, key: strin
     }
   };
   return { ca: read(ca, '--tls-ca'), cert: read(cert, '--tls-cert'), key: read(key, '--tls-key') };
+}
+
+/** The library's TLS advice (the `tls` option's fields) in the CLI's terms: its --tls-* flags. */
+function inFlagTerms(message: string): string {
+  return message
+    .replace(/"?\btls\.(ca|cert|key)\b"?/g, '--tls-$1')
+    .replace(/, or give that name as tls\.servername/g, '')
+    .replace(/pass the `tls` option/g, 'pass --tls-ca (and --tls-cert, --tls-key)');
 }
 
 function integer(text: string | undefined, flag: string, fallback: number, min: number): number {

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { checkServerIdentity } from 'node:tls';
 import { createServer } from 'node:net';
 import { InvalidOptionError, ZkConnectError } from '../../../lib/core/errors.js';
+import { main } from '../../../lib/cli.js';
 import { LockEngine } from '../../../lib/core/lock-engine.js';
 import { Mutex } from '../../../lib/core/recipes/mutex.js';
 import { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
@@ -201,6 +202,33 @@ describe('TLS to a real ZooKeeper (secureClientPort)', () => {
         expect(error).toMatchObject({ reason: 'tls' });
         expect(String(error)).toContain(`${server.secureConnectString}: closed the connection on our session request and answers TLS: it may be a TLS port (secureClientPort): pass the \`tls\` option`);
       }
+    });
+  });
+
+  describe('the CLI says the same in terms of its --tls-* flags', () => {
+    /** Runs the CLI; resolves with its exit code, what it wrote to stderr and how long it took. */
+    async function runCli(args: string[]) {
+      let stderr = '';
+      const started = performance.now();
+      const code = await main(args, {}, { out: () => undefined, err: (text) => (stderr += text) });
+      return { code, stderr, elapsedMs: performance.now() - started };
+    }
+    const file = (server: ZkServerHandle, name: string) => join(server.dir, 'tls', name);
+
+    it('a CA that did not sign the server certificate: exit 2 at once, "give the CA that signed it as --tls-ca"', async () => {
+      const args = ['locks', '--connect', need.secureConnectString, '--timeout', String(CERTIFICATE_CONNECT_TIMEOUT_MS)];
+      const result = await runCli([...args, '--tls-ca', file(otherName, 'ca.pem'), '--tls-cert', file(need, 'client.crt'), '--tls-key', file(need, 'client.key')]);
+      expect(result.code).toBe(2);
+      expect(result.stderr).toMatch(/\(tls\): .*the server's certificate is not trusted \(.*\): give the CA that signed it as --tls-ca\n/);
+      expect(result.elapsedMs).toBeLessThan(CERTIFICATE_REFUSED_WITHIN_MS);
+      const noCertificate = await runCli([...args, '--tls-ca', file(need, 'ca.pem')]);
+      expect(noCertificate.stderr).toMatch(/the server requires a client certificate \(.*\): give one as --tls-cert and --tls-key\n/);
+    });
+
+    it('a --tls-ca file that holds no PEM certificate: exit 1, naming the flag', async () => {
+      const result = await runCli(['locks', '--connect', need.secureConnectString, '--tls-ca', file(need, 'client.key')]);
+      expect(result.code).toBe(1);
+      expect(result.stderr).toMatch(/Invalid option --tls-ca: holds no PEM certificate/);
     });
   });
 
