@@ -190,7 +190,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
   }
 
-  /** Why the connection closed before its first session was usable (auth, chroot), if it did. */
+  /** Why the connection closed before its first session was usable (auth, chroot, a certificate), if it did. */
   get failure(): ZkConnectError | undefined {
     return this.failed;
   }
@@ -239,7 +239,8 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const failures = this.options.hosts.map((server) => this.linkFailures.get(server));
     if (!this.stopFirstConnect || !failures.every((f) => f !== undefined && isCertificateFailure(f.kind))) return;
     const said = failures.map((f) => `${f!.server}: ${f!.message}`).join('; ');
-    this.stopFirstConnect(new ZkConnectError(this.description, 'tls', `no server passed the TLS handshake, for a certificate reason that retrying does not mend: ${said}`));
+    this.failed = new ZkConnectError(this.description, 'tls', `no server passed the TLS handshake, for a certificate reason that retrying does not mend: ${said}`);
+    this.stopFirstConnect(this.failed);
   }
 
   /** Whether TLS failed on every server, or the port speaks the other protocol: the reason of a connect that timed out. */
@@ -356,7 +357,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   /** Sessions that were connected at least once (only their end is a loss). */
   private readonly connectedSessions = new WeakSet<ZkSession>();
 
-  /** Set when a session fails for a reason worth reporting (auth, chroot) before the first connect. */
+  /** Set when a session fails for a reason worth reporting (auth, chroot, a certificate) before the first connect. */
   private failed: ZkConnectError | undefined;
 
   private openSession(): ZkSession {

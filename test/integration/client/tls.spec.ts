@@ -58,7 +58,7 @@ async function refusedConnect(options: Partial<ZkConnectionOptions> & Pick<ZkCon
   );
   const elapsedMs = performance.now() - started;
   await connection.close();
-  return { error, elapsedMs, connected, state: connection.state };
+  return { error, elapsedMs, connected, state: connection.state, failure: connection.failure };
 }
 
 /**
@@ -73,6 +73,7 @@ async function certificateRefused(options: Partial<ZkConnectionOptions> & Pick<Z
   expect(result.elapsedMs).toBeLessThan(CERTIFICATE_REFUSED_WITHIN_MS);
   expect(result.connected).toBe(0);
   expect(result.state).toBe('closed');
+  expect(result.failure).toBe(result.error); // what a health check reports
   return result;
 }
 
