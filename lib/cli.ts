@@ -155,12 +155,15 @@ const FLAG_OF_OPTION: Record<string, string> = {
   auth: '--auth',
 };
 
-/** A message of the connection's, with the options it names said as this command's flags. */
+/** A message of the connection's, with the options it names (TLS advice too) said as this command's flags. */
 function inFlagTerms(message: string): string {
   return message
     .replace(/"(connectString|chroot|connectTimeoutMs|maxReplyBytes|auth)"/g, (_, option: string) => `"${FLAG_OF_OPTION[option]}"`)
     .replace(/the connection option maxReplyBytes/g, '--max-reply-bytes')
-    .replace(/\b(connectString|connectTimeoutMs|maxReplyBytes)\b/g, (option: string) => FLAG_OF_OPTION[option]!);
+    .replace(/\b(connectString|connectTimeoutMs|maxReplyBytes)\b/g, (option: string) => FLAG_OF_OPTION[option]!)
+    .replace(/"?\btls\.(ca|cert|key)\b"?/g, '--tls-$1')
+    .replace(/, or give that name as tls\.servername/g, '')
+    .replace(/pass the `tls` option/g, 'pass --tls-ca (and --tls-cert, --tls-key)');
 }
 
 const defaultIo: Io = {

@@ -30,9 +30,14 @@ export class InvalidLockNameError extends ZkLockError {
   }
 }
 
-export type ConnectFailureReason = 'unreachable' | 'auth-failed' | 'chroot-missing' | 'session-expired' | 'closed';
+export type ConnectFailureReason = 'unreachable' | 'tls' | 'auth-failed' | 'chroot-missing' | 'session-expired' | 'closed';
 
-/** The ensemble could not be reached (or refused us) within `connectTimeoutMs`. */
+/**
+ * The ensemble could not be reached (or refused us) within `connectTimeoutMs`. `tls`: the TLS
+ * handshake failed (the message names why: a certificate not trusted, a host name it is not made
+ * out to, a client certificate refused, the protocol), or the port speaks the other protocol; a
+ * certificate refused by every server fails at once, without waiting out `connectTimeoutMs`.
+ */
 export class ZkConnectError extends ZkLockError {
   constructor(
     readonly connectString: string,

@@ -2,8 +2,9 @@ import { EventEmitter } from 'node:events';
 import { ConnectionClosedError, ZkConnectError } from '../errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { nativeSessionFactory } from '../client/addon-session.js';
-import { type ZkSession, type ZkSessionFactory } from '../client/session.js';
+import { type LinkFailure, type ZkSession, type ZkSessionFactory } from '../client/session.js';
 import { wireSessionFactoryWith } from '../client/wire/session.js';
+import { isCertificateFailure, isTlsFailure } from '../client/wire/link-failure.js';
 import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
@@ -189,7 +190,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
   }
 
-  /** Why the connection closed before its first session was usable (auth, chroot), if it did. */
+  /** Why the connection closed before its first session was usable (auth, chroot, a certificate), if it did. */
   get failure(): ZkConnectError | undefined {
     return this.failed;
   }
@@ -205,12 +206,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const started = this.clock.now();
     const round = async () => {
       if (this.currentState !== 'connecting') return;
-      const problems = await probeHosts(this.options.hosts);
+      const results = await probeHosts(this.options.hosts, { failures: this.linkFailures, clock: this.clock });
       if (this.currentState !== 'connecting') return;
-      // What the session itself last met on a link (a TLS refusal, say), which a plain probe cannot see.
+      const problems = results.map((r) => `${r.server}: ${r.said}`);
+      // What the session itself last met on a link (a refusal, say), unless said above already.
       const linkError = this.current?.lastLinkError ?? this.refusal;
-      if (linkError) problems.push(`last attempt: ${linkError}`);
+      if (linkError && !problems.includes(linkError)) problems.push(`last attempt: ${linkError}`);
       this.lastProbe = problems;
+      this.otherProtocol = new Set(results.filter((r) => r.otherProtocol).map((r) => r.server));
       this.emit('unreachable', problems, Math.round(this.clock.now() - started));
       this.probeTimer = this.clock.setTimeout(round, PROBE_EVERY_MS).unref();
     };
@@ -218,6 +221,32 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
   private probeTimer: ClockTimer | undefined;
   private lastProbe: string[] | undefined;
+  /** The servers whose port the last probe found to speak the other protocol (TLS or plain). */
+  private otherProtocol = new Set<string>();
+  /** The latest failure of a link attempt to each server (`host:port`), until the first session is usable. */
+  private readonly linkFailures = new Map<string, LinkFailure>();
+  /** Ends the first connect() early (every server refused a certificate); set while it runs. */
+  private stopFirstConnect: ((error: ZkConnectError) => void) | undefined;
+
+  /**
+   * A link attempt failed before the first session was usable. Once every server failed the TLS
+   * handshake for a certificate (retrying does not mend a certificate), connect() fails at once;
+   * any other failure is retried until connectTimeoutMs, as is everything in connectInBackground().
+   */
+  private linkFailed(failure: LinkFailure): void {
+    if (this.currentState !== 'connecting') return;
+    this.linkFailures.set(failure.server, failure);
+    const failures = this.options.hosts.map((server) => this.linkFailures.get(server));
+    if (!this.stopFirstConnect || !failures.every((f) => f !== undefined && isCertificateFailure(f.kind))) return;
+    const said = failures.map((f) => `${f!.server}: ${f!.message}`).join('; ');
+    this.failed = new ZkConnectError(this.description, 'tls', `no server passed the TLS handshake, for a certificate reason that retrying does not mend: ${said}`);
+    this.stopFirstConnect(this.failed);
+  }
+
+  /** Whether TLS failed on every server, or the port speaks the other protocol: the reason of a connect that timed out. */
+  private get tlsFailedEverywhere(): boolean {
+    return this.options.hosts.every((server) => this.otherProtocol.has(server) || isTlsFailure(this.linkFailures.get(server)?.kind ?? 'other'));
+  }
 
   private watchdog: ClockTimer | undefined;
   /** The heartbeats of the current session's link: when the last went out, and how many are unanswered. */
@@ -305,10 +334,13 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       await Promise.race([
         this.untilConnected(),
         new Promise<never>((_, reject) => {
+          this.stopFirstConnect = reject;
           timer = this.clock.setTimeout(() => {
             // What the servers answered to the last probe, if one finished in time (never waits for one).
             const problems = this.lastProbe ? `: ${this.lastProbe.join('; ')}` : '';
-            reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
+            const tls = this.tlsFailedEverywhere;
+            const what = tls ? 'no session came up' : 'no server answered';
+            reject(new ZkConnectError(this.description, tls ? 'tls' : 'unreachable', `${what} within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
           }, connectTimeoutMs);
         }),
       ]);
@@ -317,6 +349,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       if (error instanceof ConnectionClosedError && this.failed) throw this.failed;
       throw error;
     } finally {
+      this.stopFirstConnect = undefined;
       this.clock.clearTimeout(timer);
     }
   }
@@ -324,7 +357,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   /** Sessions that were connected at least once (only their end is a loss). */
   private readonly connectedSessions = new WeakSet<ZkSession>();
 
-  /** Set when a session fails for a reason worth reporting (auth, chroot) before the first connect. */
+  /** Set when a session fails for a reason worth reporting (auth, chroot, a certificate) before the first connect. */
   private failed: ZkConnectError | undefined;
 
   private openSession(): ZkSession {
@@ -359,6 +392,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
           if (!isCurrent() || !everConnected) return;
           this.suspend(session);
         },
+        onLinkFailed: (failure) => isCurrent() && this.linkFailed(failure),
         onClosed: (code) => {
           if (!isCurrent()) return;
           if (code === AUTH_FAILED_STATE) {
@@ -403,6 +437,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (!isCurrent()) return;
     this.usableSince = { at: this.clock.now(), timeoutMs: session.timeoutMs };
     this.refusal = undefined;
+    this.linkFailures.clear();
     this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);

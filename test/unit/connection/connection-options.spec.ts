@@ -56,6 +56,13 @@ describe('resolveConnectionOptions', () => {
     [{ connectString: 'zk1:2181', tls: true }, 'tls'],
     [{ connectString: 'zk1:2181', tls: 'ca.pem' }, 'tls'],
     [{ connectString: 'zk1:2181', tls: { ca: 'x' }, client: 'addon' }, 'tls'],
+    // what Node refuses at each connect (else taken for a failed host until connectTimeoutMs)
+    [{ connectString: 'zk1:2181', tls: { ca: {} } }, 'tls.ca'],
+    [{ connectString: 'zk1:2181', tls: { ca: '/etc/zookeeper/ca.pem' } }, 'tls.ca'],
+    [{ connectString: 'zk1:2181', tls: { ciphers: 'NO-SUCH-CIPHER' } }, 'tls.ciphers'],
+    [{ connectString: 'zk1:2181', tls: { key: 'client-key.pem' } }, 'tls.key'],
+    [{ connectString: 'zk1:2181', tls: { checkServerIdentity: true } }, 'tls.checkServerIdentity'],
+    [{ connectString: 'zk1:2181', tls: { minDHSize: -1 } }, 'tls.minDHSize'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 0xffffe }, 'maxReplyBytes'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 + 1 }, 'maxReplyBytes'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 2.5e6 + 0.5 }, 'maxReplyBytes'],
