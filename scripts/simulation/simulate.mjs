@@ -50,7 +50,7 @@ const LOCK_PATH = '/locks/a';
 /**
  * @param {SimulatedLibrary} lib
  * @param {number} seed
- * @param {{ traceLines?: number, world?: import('./schedule.mjs').World }} [options]
+ * @param {{ traceLines?: number, historyLines?: number, world?: import("./schedule.mjs").World }} [options]
  * @returns {Promise<SimulationResult>}
  */
 export async function simulate(lib, seed, options = {}) {
@@ -178,7 +178,7 @@ export async function simulate(lib, seed, options = {}) {
     const checked = history.check({ slackMs, endAt: clock.now });
     violations.push(...checked.violations);
     stats.holds = checked.stats.holds;
-    if (checked.violations.length > 0) trace.push(...history.events.slice(-80).map((e) => `history ${e}`));
+    if (checked.violations.length > 0) trace.push(...history.events.slice(-(options.historyLines ?? 80)).map((e) => `history ${e}`));
   }
   return { seed, world: describeWorld(world), violations, stats, trace: trace.slice(-keep) };
 }
@@ -416,6 +416,19 @@ function armFaults(world, model, clock, clients, log, history) {
         case 'peer-cut-after-connect':
           onConnectResponse[client.index].push((server) => clock.after(fault.delayMs, () => server !== model.leader && cutPeer(server, 'to', fault.ms)));
           return;
+        case 'foreign-delete': {
+          // Someone else (an operator, a buggy client) deletes a node of the lock's queue.
+          const leader = model.leader;
+          const queue = leader?.tree.nodes.get(LOCK_PATH);
+          if (!leader || !queue || queue.children.size === 0) return;
+          const sorted = [...queue.children].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)));
+          const name = fault.which === 'head' ? sorted[0] : fault.which === 'second' ? (sorted[1] ?? sorted[0]) : sorted[sorted.length - 1];
+          const node = `${LOCK_PATH}/${name}`;
+          log(`fault: a foreign client deletes ${name.slice(-10)} (${fault.which} of ${sorted.length})`);
+          model.commit(leader, { type: 'delete', path: node });
+          history.deletions.push({ node, sentAt: history.now(), repliedAt: history.now(), ok: true });
+          return;
+        }
         case 'restart': {
           const server =
             fault.server === 'current' ? client.current : fault.server === 'leader' ? model.leader : model.servers.find((s) => s !== model.leader && s.role !== 'down');

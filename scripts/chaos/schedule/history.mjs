@@ -10,7 +10,10 @@
 //   simulation (`sessionExcuses`): a hold whose process was stalled when its session's deadline
 //   passed (one process stalls at a time), from that deadline on, since the process learns of the
 //   loss only when it runs; and one whose session a re-attach shortened before the client could
-//   read the answer (see docs/safety.md), from the expiry on.
+//   read the answer (see docs/safety.md), from the expiry on. A hold granted on a node the
+//   foreign client had deleted already (handed on locally, or granted on the head's deletion
+//   event, before that node's own deletion event was read: docs/known-limitations.md) is excused,
+//   but its token must be below every token of another node held meanwhile (fencing stops it).
 // - fencing: of two holds of one lock that do not overlap, the later one's token is larger
 //   (readers compared with writers only; a semaphore's slots only with permits 1);
 // - no hang: every acquire settles within its waitMs + the session timeout + 5 s; none is left
@@ -113,6 +116,7 @@ export class History {
   excuseFrom(h) {
     /** @type {{ at: number, why: string } | undefined} */
     let best;
+    if (this.deletedBeforeGrant(h)) return { at: h.grantedAt, why: 'its node deleted by the foreign client before the grant' };
     for (const d of this.deletions) {
       if (d.node !== h.node || !d.ok) continue;
       // Began before the delete's reply: the delete may have come first, unknowable to the holder.
@@ -127,6 +131,11 @@ export class History {
       if (!best || e.from < best.at) best = { at: e.from, why: e.why };
     }
     return best;
+  }
+
+  /** Whether the foreign client had deleted `h`'s node before `h` was granted. @param {Hold} h */
+  deletedBeforeGrant(h) {
+    return this.deletions.some((d) => d.node === h.node && d.ok && (d.repliedAt ?? Infinity) < h.grantedAt);
   }
 
   /**
@@ -165,7 +174,8 @@ export class History {
             if (a.owner === b.owner || !conflicting(a.kind, b.kind)) continue;
             const overlapRaw = a.grantedAt < rawEnd(b) && b.grantedAt < rawEnd(a);
             if (!overlapRaw) continue;
-            if (a.grantedAt < b.e && b.grantedAt < a.e) {
+            // An empty span (aborted or excused at its grant: its holder saw the signal aborted) overlaps nothing.
+            if (a.grantedAt < b.e && b.grantedAt < a.e && a.grantedAt < a.e && b.grantedAt < b.e) {
               violations.push(`${lock}: two holders with live signals: ${describe(a)} and ${describe(b)}`);
             } else excusedOverlaps++;
           }
@@ -176,6 +186,12 @@ export class History {
       // on the server, and which caller hears of its grant first is a race.
       if (permits !== undefined && permits > 1) continue;
       for (const b of holds) {
+        if (this.deletedBeforeGrant(b)) {
+          // Fencing must stop it: any other node's hold beside it carries a larger token.
+          const beside = holds.filter((/** @type {Hold} */ o) => o.node !== b.node && o.grantedAt < rawEnd(b) && b.grantedAt < rawEnd(o) && !(b.token < o.token));
+          if (beside.length > 0) violations.push(`${lock}: ${describe(b)} was granted on a node deleted before and its token is not below ${describe(beside[0])}: fencing would not stop it`);
+          continue;
+        }
         const above = holds.filter((/** @type {Hold} */ a) => a !== b && !(a.kind === 'read' && b.kind === 'read') && rawEnd(a) <= b.grantedAt && !(b.token > a.token));
         if (above.length === 0) continue;
         const top = above.reduce((/** @type {Hold} */ x, /** @type {Hold} */ y) => (y.token > x.token ? y : x));
