@@ -9,7 +9,8 @@ import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
 import { newSessionBackoffMs, refusedGrant } from '../client/session-opening.js';
-import { systemClock, type Clock, type ClockTimer } from '../clock.js';
+import { sleep, systemClock, type Clock, type ClockTimer } from '../clock.js';
+import { reportLagMs } from '../client/session-bookkeeping.js';
 
 import type { ConnectionState, SessionLostReason } from './connection-state.js';
 export type { ConnectionState, SessionLostReason } from './connection-state.js';
@@ -173,9 +174,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * probe) and closes. Calling it again returns the same promise.
    */
   connect(): Promise<void> {
+    // A connect begun in the background keeps no process alive (nor does waiting for it here).
+    if (this.firstConnect && this.connectingInBackground) return this.firstConnect;
     this.firstConnect ??= this.openFirstSession();
     return this.keepAliveUntilSettled(this.firstConnect);
   }
+  private connectingInBackground = false;
 
   /**
    * Opens the first session in the background and returns at once: it keeps trying, with no
@@ -184,6 +188,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    */
   connectInBackground(): void {
     if (this.firstConnect) return;
+    this.connectingInBackground = true;
     this.start(FIRST_PROBE_MS);
     // Not a pending call: a process with nothing else to do may exit while this keeps trying.
     this.firstConnect = this.untilConnected().then(() => undefined);
@@ -421,6 +426,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
         await this.close();
         return;
       }
+      await this.freshenDeadline(session);
     } catch (error) {
       if (!isCurrent()) return;
       const code = (error as { code?: number }).code;
@@ -441,6 +447,24 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);
+  }
+
+  /**
+   * A session whose deadline is behind it (or nearly) as it comes up counts as usable only once
+   * answers move it: the C client writes its ConnectRequest out of our sight, so a new session's
+   * bound is its handle's creation, past after an outage longer than the timeout. A sync's answer
+   * moves the bound to the send time of a request answered a report's time before that sync was
+   * sent (see RequestClock): a few syncs that far apart do. A session whose bound is ahead by more
+   * than that (ours, counted from the ConnectRequest, unless its answer came very late) sends none.
+   */
+  private async freshenDeadline(session: ZkSession): Promise<void> {
+    // Ahead by a report's time: the heartbeats' answers move it before it comes.
+    const lag = () => reportLagMs(this.options.serverTickTimeMs, session.timeoutMs);
+    const ahead = () => session.deadline - lossMarginMs(session.timeoutMs) - this.clock.now() > lag();
+    for (let tries = 0; tries < 4 && !ahead() && !session.isClosed; tries++) {
+      await session.sync('/');
+      await sleep(this.clock, lag());
+    }
   }
 
   /** (Re)arms the deadline timer of `session`; when it fires with no fresher answer, the session is lost. */
@@ -612,9 +636,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private successorTimer: ClockTimer | undefined;
 
   /**
-   * The current session ended: the next one opens after a pause with jitter (no session is current
-   * meanwhile), tens of ms after a usable one, growing while they end unusable (a server that
-   * expires every new session must not get thousands of them a second).
+   * The current session ended: the next one opens at once after a session that lived its timeout,
+   * else after a pause with jitter (no session is current meanwhile) that grows while sessions end
+   * young (a server that expires every new session must not get thousands of them a second).
    */
   private openSuccessor(): void {
     // A session lost within its own timeout of becoming usable counts as unusable: a server that
@@ -622,6 +646,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     // few milliseconds either.
     const lived = this.usableSince !== undefined && this.clock.now() - this.usableSince.at >= this.usableSince.timeoutMs;
     this.unusableInARow = lived ? 0 : this.unusableInARow + 1;
+    // After a session that lived, the next one opens at once: its holders want to take their locks
+    // again, and a caller right after the loss finds a session coming up.
+    if (lived) {
+      this.openSession();
+      return;
+    }
     this.current = undefined;
     this.generation++;
     this.successorTimer = this.clock.setTimeout(() => {

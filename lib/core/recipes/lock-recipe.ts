@@ -9,6 +9,7 @@ import type { LockEngine } from '../lock-engine.js';
 import { heldByChain, runInLockContext } from '../leases/lock-context.js';
 import type { Lease } from '../leases/lease.js';
 import type { Revocable } from './revocation.js';
+import type { Clock } from '../clock.js';
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */
 export interface Lockable {
@@ -23,6 +24,8 @@ export interface Lockable {
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>;
   /** @internal Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
   runHolding<T>(lease: Lease, fn: () => T): T;
+  /** @internal The clock its waits run on (its connection's). */
+  readonly clock?: Clock;
 }
 
 /**
@@ -31,6 +34,11 @@ export interface Lockable {
  */
 export abstract class LockRecipe implements Lockable {
   abstract readonly kind: string;
+
+  /** @internal */
+  get clock(): Clock {
+    return this.engine.connection.clock;
+  }
 
   constructor(
     protected readonly engine: LockEngine,

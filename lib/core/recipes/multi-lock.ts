@@ -6,6 +6,7 @@ import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { runInLockContext } from '../leases/lock-context.js';
 import { LockLostError, LockUsageError, type NotAcquiredReason } from '../errors.js';
 import { notAcquiredError } from '../queue/cancellation.js';
+import { systemClock } from '../clock.js';
 
 /** A member taken but no longer held before the group was complete. */
 function isLost(lease: Lease): boolean {
@@ -59,13 +60,14 @@ export class MultiLock implements Lockable {
 
   async acquire(options: AcquireOptions = {}): Promise<Lease> {
     validateAcquireOptions(options);
-    const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
+    const clock = this.members.find((m) => m.clock)?.clock ?? systemClock;
+    const deadline = options.waitMs === undefined ? undefined : clock.now() + options.waitMs;
     for (;;) {
       const leases: Lease[] = [];
       let lost: Lease | undefined;
       try {
         for (const member of this.members) {
-          const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, deadline - Date.now());
+          const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, Math.ceil(deadline - clock.now()));
           const lease = await member.acquire({ waitMs, signal: options.signal });
           leases.push(lease);
           // Listen for loss while the later members are awaited (a lease notices its node's
@@ -83,7 +85,7 @@ export class MultiLock implements Lockable {
       const reason = lostReason(lost);
       await releaseAll(leases).catch(() => undefined);
       // Take them all again while the wait allows (the members were given back in reverse).
-      const timedOut = options.waitMs === 0 || (deadline !== undefined && Date.now() >= deadline);
+      const timedOut = options.waitMs === 0 || (deadline !== undefined && clock.now() >= deadline);
       if (timedOut || options.signal?.aborted) {
         const why = options.signal?.aborted ? 'aborted' : reason;
         throw notAcquiredError(this.name, why, options.waitMs === 0, why === 'aborted' ? options.signal?.reason : lost.signal.reason);

@@ -81,7 +81,7 @@ export class Semaphore extends LockRecipe {
 
   protected async acquireNew(options: SemaphoreAcquireOptions): Promise<Lease> {
     const count = positiveInteger(options.permits, 'permits', 1, 1, this.permits);
-    const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
+    const deadline = options.waitMs === undefined ? undefined : this.clock.now() + options.waitMs;
     for (;;) {
       try {
         return new LeaseGroup(this.name, await this.acquireInSession(count, deadline, options));
@@ -104,7 +104,7 @@ export class Semaphore extends LockRecipe {
     // Try-once with too few leases free: say so at once instead of queueing for the internal lock
     // behind a waiter that holds it.
     if (tryOnce && (await this.leasesInUse()) + count > this.permits) throw new LockNotAcquiredError(this.name, 'timeout');
-    const remaining = () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
+    const remaining = () => (deadline === undefined ? undefined : Math.max(0, Math.ceil(deadline - this.clock.now())));
     let internal: Lease;
     try {
       internal = await this.internal.acquire({ waitMs: tryOnce ? TRY_ONCE_INTERNAL_WAIT_MS : remaining(), signal: options.signal });

@@ -241,9 +241,16 @@ export class WireZkSession implements ZkSession {
     return this.requests.deadline(this.timeoutMs);
   }
 
+  /**
+   * While the link is down: at least what was unanswered when it dropped, counted on (the requests
+   * it failed are gone from the RequestClock, the silence before the drop is not).
+   */
   unansweredForMs(): number {
-    return this.requests.unansweredForMs();
+    const now = this.requests.unansweredForMs();
+    return this.linkDownSince === undefined ? now : Math.max(now, this.linkDownSince.unansweredMs + this.clock.now() - this.linkDownSince.at);
   }
+  /** When the connected link last dropped, and how long its oldest request had waited then (until the next handshake). */
+  private linkDownSince: { at: number; unansweredMs: number } | undefined;
 
   // ---- the link: connect, handshake, frames, liveness ----
 
@@ -490,6 +497,7 @@ export class WireZkSession implements ZkSession {
     // out, not when its answer was read: that may have waited on a slow link or a stalled loop.
     this.requests.negotiated(response.timeoutMs, this.connectRequestSentAt);
     this.requests.newLink();
+    this.linkDownSince = undefined;
     this.events.onConnected();
   }
 
@@ -513,6 +521,7 @@ export class WireZkSession implements ZkSession {
     this.frames = undefined;
     socket.destroy();
     const wasConnected = this.state === 'connected';
+    if (wasConnected) this.linkDownSince = { at: this.clock.now(), unansweredMs: this.requests.unansweredForMs() };
     this.state = 'connecting';
     if (!wasConnected && this.attempt) this.linkFailed(this.attempt, whyAttemptFailed(this.attempt));
     this.hosts.failed();

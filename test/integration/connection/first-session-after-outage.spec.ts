@@ -1,4 +1,4 @@
-// Review of issue #34's deadline change: the addon's new session counts its deadline from when
+// The TypeScript and addon sessions' first session after an outage longer than the session timeout is usable: its deadline must not count from before the outage.
 // its handle was made (RequestClock's start), since the C client writes its ConnectRequest out of
 // sight. When ZooKeeper is unreachable for longer than the session timeout, the handle connects
 // with that deadline already behind it, and the first usable session is declared lost at once.
