@@ -1,7 +1,8 @@
-// The TypeScript and addon sessions' first session after an outage longer than the session timeout is usable: its deadline must not count from before the outage.
-// its handle was made (RequestClock's start), since the C client writes its ConnectRequest out of
-// sight. When ZooKeeper is unreachable for longer than the session timeout, the handle connects
-// with that deadline already behind it, and the first usable session is declared lost at once.
+// A session that comes up after an outage longer than the session timeout is not lost the moment
+// it is usable, on either client. The C client writes its ConnectRequest out of our sight, so its
+// new session's deadline counts from the handle's creation, past after such an outage: the
+// connection moves it with answered syncs before it counts the session usable. Ours counts from
+// the ConnectRequest.
 import { ZkConnection } from '../../../lib/core/connection/zk-connection.js';
 import { nextEvent, TEST_SERVER_TICK_MS, zkConnectString } from '../../support/helpers.js';
 import { TcpProxy } from '../../support/tcp-proxy.js';

@@ -1,9 +1,7 @@
-// Review of issue #34 item 5 (lib/core/queue/cancellation.ts): a wait due during a disconnection
-// says 'connection' only if nothing had been answered for `bound` by its due time, counting
-// `links.unansweredAtDown` (what was unanswered when the link dropped) plus the time since. The
-// TypeScript session fails its pending replies (CONNECTIONLOSS, which takes them out of the
-// RequestClock) before it tells the connection the link is down, so unansweredAtDown is always 0:
-// seconds of silence before the drop are not counted.
+// A wait due during a disconnection says 'connection' when nothing had been answered for its bound
+// by its due time (lib/core/queue/cancellation.ts), counting what was unanswered when the link
+// dropped plus the time since: seconds of silence before a drop count. The TypeScript session
+// reports that before it fails the requests the drop took with it.
 import { LockNotAcquiredError } from '../../../lib/core/errors.js';
 import { LockEngine } from '../../../lib/core/lock-engine.js';
 import { Mutex } from '../../../lib/core/recipes/mutex.js';

@@ -1,8 +1,6 @@
-// Review of the new-session backoff (zk-connection.ts openSuccessor) in nestjs-zk-lock/testing:
-// FakeLockService.expireSession() resolves on 'lost', and "opens a new session for later calls"
-// (its doc). The successor now opens after a 10-50 ms timer, so a try right after finds no
-// session, and under Jest's fake timers (which docs/testing.md says may be used freely) the next
-// session never opens until the test advances them.
+// nestjs-zk-lock/testing: after expireSession(), the next call finds a new session, also under
+// Jest's fake timers (docs/testing.md): after a session that lived, the connection opens the next
+// one at once (the pause with jitter is only for sessions that end young).
 import { jest } from '@jest/globals';
 import { FakeLockService, FakeLockStore } from '../../../lib/testing/index.js';
 
