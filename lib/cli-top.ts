@@ -188,8 +188,10 @@ function cut(line: string, columns: number): string {
   return chars.length <= columns ? line : `${chars.slice(0, Math.max(0, columns - 1)).join('')}…`;
 }
 
-/** Where `top` draws and listens when they are terminals. */
+/** Where `top` draws and listens when they are terminals, and stdout. */
 export interface TopTerminal {
+  /** stdout, terminal or not: when its reader goes away (EPIPE: `top | head`), the view ends. */
+  readonly stdout?: { on(event: 'error', listener: (error: Error) => void): unknown; off(event: 'error', listener: (error: Error) => void): unknown };
   /** stdout when it is a terminal: frames redraw in place, cut to its size. */
   readonly screen?: { readonly columns: number; readonly rows: number; on(event: 'resize', listener: () => void): unknown; off(event: 'resize', listener: () => void): unknown };
   /** stdin when it is a terminal: read in raw mode for `q` and Ctrl-C while the view runs. */
@@ -197,7 +199,7 @@ export interface TopTerminal {
 }
 
 export function processTerminal(): TopTerminal {
-  return { screen: process.stdout.isTTY ? process.stdout : undefined, keys: process.stdin.isTTY ? process.stdin : undefined };
+  return { stdout: process.stdout, screen: process.stdout.isTTY ? process.stdout : undefined, keys: process.stdin.isTTY ? process.stdin : undefined };
 }
 
 export interface TopRun {
@@ -221,7 +223,7 @@ const HIDE_CURSOR = '\x1b[?25l';
 const SHOW_CURSOR = '\x1b[?25h';
 
 /**
- * Runs the view until `q`, Ctrl-C, SIGINT, SIGTERM or SIGHUP (resolves with 0), or an error the
+ * Runs the view until `q`, Ctrl-C, SIGINT, SIGTERM, SIGHUP or a closed pipe (resolves with 0), or an error the
  * next refresh cannot mend (rejects with it, the terminal restored). `--once`: two listings an
  * interval apart (the handoff rate needs both), one plain frame. Without a terminal on stdout:
  * plain frames one after another, a blank line between them.
@@ -237,12 +239,13 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
   }
 
   const stop = new AbortController();
-  const { screen, keys } = terminal;
+  const { screen, keys, stdout } = terminal;
   const onKey = (data: Buffer | string) => {
     const text = String(data);
     if (text.includes('q') || text.includes('Q') || text.includes('\x03')) stop.abort();
   };
   const onSignal = () => stop.abort();
+  const onOutputError = (error: Error) => (error as NodeJS.ErrnoException).code === 'EPIPE' && stop.abort();
   let frame: { rows: TopRow[] | undefined; at: Date; notes: string[] } = { rows: undefined, at: new Date(), notes: [] };
   const draw = () => {
     const hint = keys ? ['q quits'] : [];
@@ -261,6 +264,7 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
   keys?.on('data', onKey);
   keys?.resume();
   screen?.on('resize', draw);
+  stdout?.on('error', onOutputError);
   try {
     if (screen) out(HIDE_CURSOR + HOME + CLEAR_BELOW);
     while (!stop.signal.aborted) {
@@ -271,7 +275,8 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
       } catch (error) {
         if (stop.signal.aborted) break;
         if (!isPassing(error)) throw error;
-        frame = { ...frame, notes: [`refresh failed (ZooKeeper ${run.state()}): ${(error as Error).message}; showing ${formatAge(Date.now() - frame.at.getTime())} old rows`] };
+        const why = error instanceof SessionWaitAbortedError ? 'no session' : (error as Error).message;
+        frame = { ...frame, notes: [`refresh failed (ZooKeeper ${run.state()}): ${why}; the rows are ${formatAge(Date.now() - frame.at.getTime())} old`] };
       }
       draw();
       await sleep(started + run.intervalMs - Date.now(), stop.signal);
@@ -279,6 +284,7 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
     return 0;
   } finally {
     screen?.off('resize', draw);
+    stdout?.off('error', onOutputError);
     keys?.off('data', onKey);
     keys?.pause();
     for (const s of signals) process.off(s, onSignal);

@@ -476,6 +476,10 @@ export function formatAge(ms: number): string {
 // Run when executed (also through npm's bin symlink), not when imported.
 const invokedAs = process.argv[1];
 if (invokedAs !== undefined && isThisFile(invokedAs)) {
+  // A reader that went away (`| head`) is no crash: what was left to print is not wanted (top stops).
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+  });
   main(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;

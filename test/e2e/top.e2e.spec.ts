@@ -185,6 +185,17 @@ describe('nestjs-zk-lock top', () => {
     }
   });
 
+  it('into a pipe whose reader goes away (| head): ends with exit code 0 at its next frame', async () => {
+    const top = spawnCli(['top', uniquePath('top-head'), '--connect', zkConnectString(), '--interval', '200']);
+    try {
+      await top.waitForOutput('a frame', (out) => out.endsWith('\n\n'));
+      top.child.stdout!.destroy();
+      expect(await top.exit).toBe(0);
+    } finally {
+      await top.end('SIGKILL');
+    }
+  });
+
   it('refuses --json and an --interval under 100 ms with exit code 1', async () => {
     expect(await runCli(['top', '--json', '--connect', zkConnectString()])).toMatchObject({ code: 1, stderr: expect.stringMatching(/top prints a table only: for JSON, use locks --json/) });
     expect(await runCli(['top', '--interval', '50', '--connect', zkConnectString()])).toMatchObject({ code: 1, stderr: expect.stringMatching(/--interval expects an integer ≥ 100/) });

@@ -32,6 +32,8 @@ export interface RunningCli {
   stderr(): string;
   /** Resolves once stdout satisfies `check` (rejects after `timeoutMs`, or if the process ends first). */
   waitForOutput(what: string, check: (stdout: string) => boolean, timeoutMs?: number): Promise<void>;
+  /** Resolves with its exit code once it has ended (null when a signal ended it). */
+  readonly exit: Promise<number | null>;
   /** Sends `signal` (unless it has ended) and resolves with its exit code once it has. */
   end(signal?: NodeJS.Signals): Promise<number | null>;
 }
@@ -47,6 +49,7 @@ export function spawnCli(args: string[], env: NodeJS.ProcessEnv = {}): RunningCl
   const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   return {
     child,
+    exit: exited,
     stdout: () => out,
     stderr: () => err,
     waitForOutput: (what, check, timeoutMs = 30_000) =>
