@@ -266,11 +266,16 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
   screen?.on('resize', draw);
   stdout?.on('error', onOutputError);
   try {
-    if (screen) out(HIDE_CURSOR + HOME + CLEAR_BELOW);
+    if (screen) {
+      out(HIDE_CURSOR + HOME + CLEAR_BELOW);
+      draw(); // "(reading…)" until the first listing is in
+    }
     while (!stop.signal.aborted) {
       const started = Date.now();
       try {
-        const locks = await run.read(AbortSignal.any([stop.signal, AbortSignal.timeout(Math.max(run.intervalMs, 1000))]));
+        // q during a listing quits at once; the listing ends with the connection.
+        const locks = await unlessAborted(run.read(AbortSignal.any([stop.signal, AbortSignal.timeout(Math.max(run.intervalMs, 1000))])), stop.signal);
+        if (locks === undefined) break;
         frame = { rows: tracker.update(locks, Date.now()), at: new Date(), notes: [] };
       } catch (error) {
         if (stop.signal.aborted) break;
@@ -297,6 +302,17 @@ export async function runTop(run: TopRun, out: (text: string) => void, terminal:
 function isPassing(error: unknown): boolean {
   if (error instanceof ConnectionClosedError) return false;
   return error instanceof SessionWaitAbortedError || error instanceof ReplyTooLargeError || error instanceof ZkError;
+}
+
+/** What `work` resolves with, or undefined as soon as `signal` aborts (`work`'s end is then ignored). */
+function unlessAborted<T>(work: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
+  work.catch(() => undefined);
+  if (signal.aborted) return Promise.resolve(undefined);
+  return new Promise<T | undefined>((resolve, reject) => {
+    const onAbort = () => resolve(undefined);
+    signal.addEventListener('abort', onAbort, { once: true });
+    void work.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+  });
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
