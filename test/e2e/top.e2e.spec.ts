@@ -98,7 +98,15 @@ describe('nestjs-zk-lock top', () => {
       expect(result.stdout).not.toContain('\x1b'); // a plain frame: no escape sequences
 
       const rows = rowsOf(result.stdout);
-      expect([...rows.keys()].slice(0, 3)).toEqual([`${root}/held`, `${root}/pool`, `${root}/rw`]);
+      // The longest wait first: the waiters queued earliest, then the rest; elections (no wait) after every lock with waiters.
+      const order = [...rows.keys()];
+      const at = (name: string) => order.indexOf(`${root}/${name}`);
+      expect(at('held')).toBe(0);
+      expect(at('pool')).toBeLessThan(at('rw'));
+      const longest = order.map((path) => rows.get(path)!['LONGEST WAIT']);
+      const firstWithout = longest.indexOf('-'); // the election at least
+      expect(firstWithout).toBeGreaterThan(at('rw'));
+      expect(longest.slice(firstWithout).every((w) => w === '-')).toBe(true);
       expect(rows.get(`${root}/held`)).toMatchObject({ KIND: 'mutex', HOLDER: `${ME} tickets/pod-1`, WAITING: '2' });
       expect(rows.get(`${root}/pool`)).toMatchObject({ KIND: 'semaphore 2', HOLDER: expect.stringMatching(/ \(\+1\)$/), WAITING: '1' });
       expect(rows.get(`${root}/rw`)).toMatchObject({ KIND: 'rw:read', HOLDER: expect.stringMatching(/ \(\+1\)$/), WAITING: '1' });
