@@ -1,28 +1,36 @@
 #!/usr/bin/env node
 /**
  * `nestjs-zk-lock locks [path]`: who holds which lock, from ZooKeeper itself (this library's
- * nodes and Curator's); `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free:
- * loads only the core.
+ * nodes and Curator's); `nestjs-zk-lock top [path]`: the same, refreshed (cli-top.ts);
+ * `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free: loads only the core.
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { ZkTlsOptions } from './core/connection/connection-options.js';
-import { ReplyTooLargeError, ZkConnectError } from './core/errors.js';
+import { ReplyTooLargeError, SessionWaitAbortedError, ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
 import { ZkConnection } from './core/connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './core/client/zk-error.js';
 import { isRevokeRequest } from './core/operations/holder-data.js';
 import { resolveLockPath } from './core/paths.js';
 import { revokeHolders } from './core/recipes/revocation.js';
+import { processTerminal, runTop, type TopTerminal } from './cli-top.js';
 
 const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
+       nestjs-zk-lock top [path] [options]
        nestjs-zk-lock revoke <lock> [options]
 
 locks: lists the locks under <path> (default /locks, the library's base path) with who
 holds each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and
 how many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+
+top: the same locks, refreshed every --interval: holder, held for, waiters and the longest
+wait, handoffs per second, the leader of each election; the longest wait first. q or Ctrl-C
+quits. Reads only, as locks does (one listing per refresh: see docs/top.md for its cost).
+Without a terminal on stdout it prints frame after frame until SIGINT or SIGTERM; --once
+reads twice, --interval apart (for the handoff rate), and prints one frame.
 
 revoke: asks the holder(s) of <lock> (a name under /locks, or an absolute path; a mutex,
 read-write lock or leader election) to let go, and prints who was asked and, after
@@ -45,6 +53,8 @@ Options:
   --max-reply-bytes <n>       the largest reply read (default 16 MiB; a listing of 100 000
                               waiters is about 6 MB)
   --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
+  --interval <ms>             top: time between refreshes (default 1000, at least 100)
+  --once                      top: print one frame and exit
   --older-than <ms>           locks: mark holders whose node is older than this (SINCE*): after
                               an outage longer than the session timeout, a restarted ZooKeeper
                               keeps the nodes of sessions that died during it for one more
@@ -62,6 +72,9 @@ const EXIT_UNREACHABLE = 2;
 const EXIT_NOBODY_ASKED = 3;
 const EXIT_NOT_REVOCABLE = 4;
 
+/** What top asks for (servers grant at most maxSessionTimeout, by default 20 × tickTime: 40 s). */
+const TOP_SESSION_TIMEOUT_MS = 40_000;
+
 class UsageError extends Error {}
 
 interface Io {
@@ -70,7 +83,12 @@ interface Io {
 }
 
 /** Runs the CLI with `argv` (without node and the script); resolves with the exit code. */
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = defaultIo): Promise<number> {
+export async function main(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  io: Io = defaultIo,
+  terminal: TopTerminal = io === defaultIo ? processTerminal() : {},
+): Promise<number> {
   let args: ReturnType<typeof parse>;
   try {
     args = parse(argv);
@@ -101,7 +119,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       connectString: options.connect,
       chroot: options.chroot,
       connectTimeoutMs: options.timeoutMs,
-      sessionTimeoutMs: 10_000,
+      // top stays connected: a longer session spaces the connection's heartbeat syncs (one every 1/20 of it).
+      sessionTimeoutMs: options.command === 'top' ? TOP_SESSION_TIMEOUT_MS : 10_000,
       auth: options.auth === undefined ? undefined : { credentials: options.auth },
       tls: options.tls,
       maxReplyBytes: options.maxReplyBytes,
@@ -112,6 +131,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   }
   try {
     await connection.connect();
+    if (options.command === 'top') {
+      const read = (signal: AbortSignal) => collect(connection, options, signal);
+      const state = () => connection.state;
+      const { path: root, intervalMs, once, timeoutMs: sessionWaitMs } = options;
+      return await runTop({ root, server: connection.description, intervalMs, once, sessionWaitMs, read, state }, io.out, terminal);
+    }
     if (options.command === 'revoke') {
       const asked = await followUp(connection, await revokeHolders(connection, options.path), options.waitMs);
       io.out(options.json ? `${JSON.stringify(asked, null, 2)}\n` : formatAsked(asked, options.path, options.waitMs));
@@ -135,7 +160,7 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_USAGE;
     }
-    if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
+    if ((error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) || error instanceof SessionWaitAbortedError) {
       io.err(`nestjs-zk-lock: lost the connection to ZooKeeper at ${connection.description}: ${error.message}\n`);
       return EXIT_UNREACHABLE;
     }
@@ -190,6 +215,8 @@ function parse(argv: readonly string[]) {
       'max-reply-bytes': { type: 'string' },
       wait: { type: 'string' },
       'older-than': { type: 'string' },
+      interval: { type: 'string' },
+      once: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
     },
@@ -197,7 +224,7 @@ function parse(argv: readonly string[]) {
 }
 
 interface Options {
-  command: 'locks' | 'revoke';
+  command: 'locks' | 'top' | 'revoke';
   path: string;
   connect: string;
   chroot: string | undefined;
@@ -210,12 +237,15 @@ interface Options {
   maxReplyBytes: number | undefined;
   waitMs: number;
   olderThanMs: number | undefined;
+  intervalMs: number;
+  once: boolean;
 }
 
 function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
   const [command, given, ...extra] = args.positionals;
   if (command === undefined) throw new UsageError('no command given');
-  if (command !== 'locks' && command !== 'revoke') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (command !== 'locks' && command !== 'top' && command !== 'revoke') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (command === 'top' && args.values.json) throw new UsageError('top prints a table only: for JSON, use locks --json');
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
   if (command === 'revoke' && given === undefined) throw new UsageError('revoke needs the lock: a name under /locks or an absolute path');
   let path = given ?? '/locks';
@@ -242,6 +272,8 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     maxReplyBytes: args.values['max-reply-bytes'] === undefined ? undefined : integer(args.values['max-reply-bytes'], '--max-reply-bytes', 0, 1),
     waitMs: integer(args.values.wait, '--wait', 1000, 0),
     olderThanMs: args.values['older-than'] === undefined ? undefined : integer(args.values['older-than'], '--older-than', 0, 0),
+    intervalMs: integer(args.values.interval, '--interval', 1000, 100),
+    once: args.values.once ?? false,
   };
 }
 
@@ -270,12 +302,12 @@ function integer(text: string | undefined, flag: string, fallback: number, min: 
 }
 
 /** The lock at `path` itself if it is one (with the permits hint), else every lock below it. */
-async function collect(connection: ZkConnection, options: Options): Promise<LockInfo[]> {
-  const found = await inspectLocks(connection, options.path, { maxDepth: options.depth });
+async function collect(connection: ZkConnection, options: Options, signal?: AbortSignal): Promise<LockInfo[]> {
+  const found = await inspectLocks(connection, options.path, { maxDepth: options.depth, signal });
   if (options.permits === undefined) return found;
   // The hint applies to semaphores: read them again with it.
   return Promise.all(
-    found.map(async (lock) => (lock.kind === 'semaphore' ? ((await inspectLock(connection, lock.path, { permits: options.permits })) ?? lock) : lock)),
+    found.map(async (lock) => (lock.kind === 'semaphore' ? ((await inspectLock(connection, lock.path, { permits: options.permits, signal })) ?? lock) : lock)),
   );
 }
 
@@ -355,7 +387,8 @@ export function formatTable(locks: readonly LockInfo[], root: string, options: F
   );
 }
 
-function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
+/** The KIND column: rw:read / rw:write, `semaphore 2/3` (in use / permits hint). */
+export function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
   switch (lock.kind) {
     case 'read-write':
       return holder ? `rw:${holder.mode}` : 'rw';
@@ -443,6 +476,10 @@ export function formatAge(ms: number): string {
 // Run when executed (also through npm's bin symlink), not when imported.
 const invokedAs = process.argv[1];
 if (invokedAs !== undefined && isThisFile(invokedAs)) {
+  // A reader that went away (`| head`) is no crash: what was left to print is not wanted (top stops).
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+  });
   main(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;

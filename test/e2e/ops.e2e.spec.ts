@@ -1,9 +1,7 @@
 // Operating it: the Terminus health indicator, the `nestjs-zk-lock locks` CLI (the built
 // dist/cli.js, run as a child process) and OpenTelemetry metrics, against the test ZooKeeper.
-import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { Controller, Get, Module, type INestApplication, type INestApplicationContext } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
@@ -29,6 +27,7 @@ import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { enableZkLockMetrics } from '../../lib/metrics/index.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';
+import { CLI, runCli } from '../support/cli.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { whenAborted } from '../support/lock-test-helpers.js';
@@ -139,22 +138,6 @@ describe('ZkLockHealthIndicator', () => {
     }
   });
 });
-
-const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
-
-function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npm run build)`);
-  const started = Date.now();
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [CLI, ...args],
-      { env: { PATH: process.env.PATH, ...env }, timeout: 30_000 },
-      (error, stdout, stderr) =>
-        resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr, ms: Date.now() - started }),
-    );
-  });
-}
 
 describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
   it('is an executable script (shebang)', () => {
