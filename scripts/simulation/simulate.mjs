@@ -117,19 +117,18 @@ export async function simulate(lib, seed, options = {}) {
     const getter = client.believed();
     const current = client.connection.session;
     // A re-attach whose answer the client had not read yet shortened the timeout: nothing the
-    // client knew said so (see docs/safety.md); counted, not a violation.
-    const unforeseeable = session.lastTouch.by === 're-attach' && current?.id === sessionHex && session.lastTouch.timeout < current.timeoutMs;
+    // client knew said so (see docs/safety.md); counted, and its holds excused from the expiry on.
+    if (session.lastTouch.by === 're-attach' && current?.id === sessionHex && session.lastTouch.timeout < current.timeoutMs) {
+      stats.unforeseeable++;
+      history.sessionExcuses.push({ session: sessionHex, from: expiredAt - history.t0, why: 'a re-attach shortened the timeout before the client read its answer' });
+      log(`session ${sessionHex} expired after a re-attach shortened its timeout to ${session.lastTouch.timeout} ms, before the client read that answer`);
+      return;
+    }
     // An event of that client, due now: it runs after whatever the client had due before the expiry.
     clock.at(
       expiredAt,
       () => {
         if (client.lostAt.has(sessionHex) || closed) return;
-        if (unforeseeable) {
-          stats.unforeseeable++;
-          history.sessionExcuses.push({ session: sessionHex, from: expiredAt - history.t0, why: 'a re-attach shortened the timeout before the client read its answer' });
-          log(`session ${sessionHex} expired after a re-attach shortened its timeout to ${session.lastTouch.timeout} ms, before the client read that answer`);
-          return;
-        }
         violations.push(
           `session ${sessionHex} of client ${client.index} expired at ${expiredAt.toFixed(1)} while the client still held it` +
             `${stalled ? ` (client stalled until ${clock.stalledUntil(client.index).toFixed(1)})` : ''}; client's ${getter}`,
