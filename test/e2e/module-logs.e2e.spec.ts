@@ -52,8 +52,9 @@ describe('what ZkLockModule logs', () => {
         this.runs++;
       }
     }
-    // Another instance: it holds the job's lock and leads the election before this one starts.
-    const other = await engine();
+    // Another instance: it holds the job's lock and leads the election before this one starts
+    // (a long session: a loaded machine must not end its hold while the ticks run).
+    const other = await engine({ sessionTimeoutMs: 30_000 });
     const held = await new Mutex(other, 'quiet-report', `${basePath}/quiet-report`).acquire();
     const leader = new Leadership(other, 'quiet-sweep', `${basePath}/quiet-sweep`).start();
     await leader.whenLeader(AbortSignal.timeout(10_000));
@@ -66,6 +67,7 @@ describe('what ZkLockModule logs', () => {
         await expect(jobs.report()).resolves.toBeUndefined();
         await expect(jobs.sweep()).resolves.toBeUndefined();
       }
+      expect(held.isHeld && leader.isLeader).toBe(true); // the other instance held all along
       expect(jobs.runs).toBe(0);
       expect(lines).toEqual([]);
     } finally {
