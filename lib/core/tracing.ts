@@ -1,0 +1,244 @@
+import { createRequire } from 'node:module';
+import { join } from 'node:path';
+import { parseHolderData } from './operations/holder-data.js';
+
+/*
+ * Contention traces with OpenTelemetry (docs/tracing.md). `@opentelemetry/api` is an optional
+ * peer: it is looked for at the first acquire, and with it absent, or present with no tracer
+ * provider registered, an acquire costs one global read here and nothing else (no span, no
+ * context lookup, no allocation). The types below are the few parts of the API used, written out
+ * so that the published typings never name the package.
+ */
+
+interface SpanContext {
+  traceId: string;
+  spanId: string;
+  traceFlags: number;
+  isRemote?: boolean;
+}
+type Attributes = Record<string, string | number | boolean | string[]>;
+interface Link {
+  context: SpanContext;
+  attributes?: Attributes;
+}
+interface Span {
+  spanContext(): SpanContext;
+  setAttribute(key: string, value: string | number | boolean | string[]): unknown;
+  setStatus(status: { code: number; message?: string }): unknown;
+  recordException(exception: unknown): void;
+  isRecording(): boolean;
+  /** API 1.9+ (an SDK without it gets no links). */
+  addLink?(link: Link): unknown;
+  end(): void;
+}
+type OtelContext = object;
+interface Tracer {
+  startSpan(name: string, options?: { attributes?: Attributes; links?: Link[] }, context?: OtelContext): Span;
+}
+interface TracerProvider {
+  getTracer(name: string): Tracer;
+  /** On the API's proxy provider: the registered one (or the API's no-op provider). */
+  getDelegate?(): TracerProvider;
+}
+interface OtelApi {
+  trace: { getTracerProvider(): TracerProvider; setSpan(context: OtelContext, span: Span): OtelContext };
+  context: { active(): OtelContext; with<T>(context: OtelContext, fn: () => T): T };
+  ProxyTracerProvider: new () => { getDelegate(): TracerProvider };
+}
+
+const SPAN_STATUS_ERROR = 2;
+const TRACER_NAME = 'nestjs-zk-lock';
+
+/** The API module; undefined until looked for, null when not installed. */
+let api: OtelApi | null | undefined;
+/** The API's no-op provider: what the proxy provider delegates to while none is registered. */
+let noopProvider: TracerProvider | undefined;
+let tracerOf: { provider: TracerProvider; tracer: Tracer } | undefined;
+/** Set once a span was made: until then no lease is looked up for a hold span. */
+let everTraced = false;
+
+/** From the library's place first, then the application's (a layout that does not hoist the peer). */
+function loadApi(): OtelApi | null {
+  for (const from of [import.meta.url, join(process.cwd(), 'package.json')]) {
+    try {
+      const loaded = createRequire(from)('@opentelemetry/api') as OtelApi;
+      noopProvider = new loaded.ProxyTracerProvider().getDelegate();
+      return loaded;
+    } catch {
+      // not installed there
+    }
+  }
+  return null;
+}
+
+/** The tracer of the registered provider; undefined without the API or a provider. */
+function activeTracer(): Tracer | undefined {
+  if (api === undefined) api = loadApi();
+  if (api === null) return undefined;
+  const global = api.trace.getTracerProvider();
+  const provider = typeof global.getDelegate === 'function' ? global.getDelegate() : global;
+  if (provider === noopProvider) return undefined;
+  if (tracerOf?.provider !== provider) tracerOf = { provider, tracer: provider.getTracer(TRACER_NAME) };
+  return tracerOf.tracer;
+}
+
+/** What a lock's spans say about it. */
+export interface TracedLock {
+  readonly name: string;
+  readonly path: string;
+  readonly kind: string;
+}
+
+/** W3C trace context: version 00, trace id, parent (span) id, flags. */
+const TRACEPARENT = /^00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/;
+const INVALID_TRACE = /^0+$/;
+
+function traceparentOf(context: SpanContext): string {
+  return `00-${context.traceId}-${context.spanId}-${(context.traceFlags & 0xff).toString(16).padStart(2, '0')}`;
+}
+
+/** The span context a lock node's data names (`traceparent`), if it names a valid one. */
+export function holderSpanContext(data: Buffer): SpanContext | undefined {
+  const { traceparent } = parseHolderData(data);
+  if (typeof traceparent !== 'string') return undefined;
+  const match = TRACEPARENT.exec(traceparent);
+  if (!match || INVALID_TRACE.test(match[1]!) || INVALID_TRACE.test(match[2]!)) return undefined;
+  return { traceId: match[1]!, spanId: match[2]!, traceFlags: parseInt(match[3]!, 16), isRemote: true };
+}
+
+/**
+ * One acquire's `lock.acquire` span, from the acquire's start to its outcome: the queue writes
+ * the span's context into our node's data (`nodeData`), and links it to the holder named in the
+ * data of each node it waits behind.
+ */
+export class AcquireTrace {
+  /** Merged into our node's holder data: the context waiters behind us link to. */
+  readonly nodeData: { traceparent: string } | undefined;
+  private readonly parent: OtelContext;
+  private readonly span: Span;
+  private waited = false;
+  private watched: string[] | undefined;
+  private readonly linked = new Set<string>();
+  private ended = false;
+
+  constructor(
+    private readonly otel: OtelApi,
+    private readonly tracer: Tracer,
+    private readonly lock: TracedLock,
+  ) {
+    this.parent = otel.context.active();
+    this.span = tracer.startSpan('lock.acquire', { attributes: lockAttributes(lock) }, this.parent);
+    this.nodeData = this.span.isRecording() ? { traceparent: traceparentOf(this.span.spanContext()) } : undefined;
+  }
+
+  /** This span's context (for a later holder's handoff link). */
+  get context(): SpanContext {
+    return this.span.spanContext();
+  }
+
+  /** The acquire found the lock taken: `position` callers ahead of it (in ZooKeeper's queue, or in this process). */
+  waiting(position: number, inProcess = false): void {
+    if (this.waited || this.ended) return;
+    this.waited = true;
+    this.span.setAttribute('zk_lock.queue.position', position);
+    if (inProcess) this.span.setAttribute('zk_lock.queue.in_process', true);
+  }
+
+  /** It waits behind `node`; `data` is what the watch's read returned (the holder data). */
+  watching(node: string, data: Buffer | undefined): void {
+    if (this.ended) return;
+    (this.watched ??= []).push(node);
+    this.span.setAttribute('zk_lock.watched', this.watched);
+    const holder = data && holderSpanContext(data);
+    if (holder) this.linkTo(holder, node);
+  }
+
+  /** A local holder handed the lock over to this acquire, which had waited for it. */
+  handedOverBy(previous: AcquireTrace | undefined): void {
+    if (previous && this.waited) this.linkTo(previous.context, undefined);
+  }
+
+  private linkTo(context: SpanContext, node: string | undefined): void {
+    if (this.linked.has(context.spanId) || typeof this.span.addLink !== 'function') return;
+    this.linked.add(context.spanId);
+    this.span.addLink(node ? { context, attributes: { 'zk_lock.node': node } } : { context });
+  }
+
+  /** Ends the span as acquired and starts the hold's, a sibling under the same parent. */
+  acquired(node: string, fencingToken: bigint, waitedMs: number): HoldTrace {
+    this.finish('acquired', waitedMs);
+    const attributes = lockAttributes(this.lock);
+    attributes['zk_lock.node'] = node;
+    attributes['zk_lock.fencing_token'] = fencingToken.toString();
+    this.span.setAttribute('zk_lock.node', node);
+    this.span.setAttribute('zk_lock.fencing_token', attributes['zk_lock.fencing_token']);
+    this.span.end();
+    return new HoldTrace(this.otel, this.tracer.startSpan('lock.hold', { attributes }, this.parent));
+  }
+
+  /** Ends the span as not acquired (`reason`: timeout, aborted, connection, error). */
+  notAcquired(reason: string, waitedMs: number, error: unknown): void {
+    if (this.ended) return;
+    this.finish(reason, waitedMs);
+    this.span.setStatus({ code: SPAN_STATUS_ERROR, message: reason });
+    if (reason === 'error') this.span.recordException(error instanceof Error ? error : String(error));
+    this.span.end();
+  }
+
+  private finish(outcome: string, waitedMs: number): void {
+    this.ended = true;
+    this.span.setAttribute('zk_lock.outcome', outcome);
+    this.span.setAttribute('zk_lock.wait_ms', Math.round(waitedMs * 1000) / 1000);
+  }
+}
+
+/** One hold's `lock.hold` span, ended at release or loss. */
+export class HoldTrace {
+  private ended = false;
+
+  constructor(
+    private readonly otel: OtelApi,
+    private readonly span: Span,
+  ) {}
+
+  /** Runs `fn` with this span as the active context (work done under the lock nests under it). */
+  run<T>(fn: () => T): T {
+    const { context, trace } = this.otel;
+    return context.with(trace.setSpan(context.active(), this.span), fn);
+  }
+
+  end(reason: string): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.span.setAttribute('zk_lock.outcome', reason === 'released' ? 'released' : 'lost');
+    if (reason !== 'released') {
+      this.span.setAttribute('zk_lock.lost.reason', reason);
+      this.span.setStatus({ code: SPAN_STATUS_ERROR, message: `lost: ${reason}` });
+    }
+    this.span.end();
+  }
+}
+
+function lockAttributes(lock: TracedLock): Attributes {
+  return { 'zk_lock.name': lock.name, 'zk_lock.path': lock.path, 'zk_lock.kind': lock.kind };
+}
+
+/** The acquire's span, or undefined when tracing is off (the API absent, or no provider registered). */
+export function startAcquireTrace(lock: TracedLock): AcquireTrace | undefined {
+  const tracer = activeTracer();
+  if (!tracer) return undefined;
+  everTraced = true;
+  return new AcquireTrace(api!, tracer, lock);
+}
+
+/** Hold spans by the lease handed to the caller (for `withLock` and `@WithLock` to run under). */
+const holds = new WeakMap<object, HoldTrace>();
+
+export function recordHold(lease: object, hold: HoldTrace): void {
+  holds.set(lease, hold);
+}
+
+/** The hold span of the lease an acquire handed out, if it was traced. */
+export function holdOf(lease: object): HoldTrace | undefined {
+  return everTraced ? holds.get(lease) : undefined;
+}
