@@ -24,6 +24,7 @@ interface Link {
 interface Span {
   spanContext(): SpanContext;
   setAttribute(key: string, value: string | number | boolean | string[]): unknown;
+  setAttributes(attributes: Attributes): unknown;
   setStatus(status: { code: number; message?: string }): unknown;
   recordException(exception: unknown): void;
   isRecording(): boolean;
@@ -116,18 +117,22 @@ export class AcquireTrace {
   readonly nodeData: { traceparent: string } | undefined;
   private readonly parent: OtelContext;
   private readonly span: Span;
+  /** The lock's, then the hold's too (the SDK copies them at each start). */
+  private readonly attributes: Attributes;
   private waited = false;
   private watched: string[] | undefined;
-  private readonly linked = new Set<string>();
+  /** Span ids linked to (one link per holder, however often it is watched). */
+  private linked: string[] | undefined;
   private ended = false;
 
   constructor(
     private readonly otel: OtelApi,
     private readonly tracer: Tracer,
-    private readonly lock: TracedLock,
+    lock: TracedLock,
   ) {
     this.parent = otel.context.active();
-    this.span = tracer.startSpan('lock.acquire', { attributes: lockAttributes(lock) }, this.parent);
+    this.attributes = { 'zk_lock.name': lock.name, 'zk_lock.path': lock.path, 'zk_lock.kind': lock.kind };
+    this.span = tracer.startSpan('lock.acquire', { attributes: this.attributes }, this.parent);
     this.nodeData = this.span.isRecording() ? { traceparent: traceparentOf(this.span.spanContext()) } : undefined;
   }
 
@@ -159,36 +164,32 @@ export class AcquireTrace {
   }
 
   private linkTo(context: SpanContext, node: string | undefined): void {
-    if (this.linked.has(context.spanId) || typeof this.span.addLink !== 'function') return;
-    this.linked.add(context.spanId);
+    if (this.linked?.includes(context.spanId) || typeof this.span.addLink !== 'function') return;
+    (this.linked ??= []).push(context.spanId);
     this.span.addLink(node ? { context, attributes: { 'zk_lock.node': node } } : { context });
   }
 
   /** Ends the span as acquired and starts the hold's, a sibling under the same parent. */
   acquired(node: string, fencingToken: bigint, waitedMs: number): HoldTrace {
-    this.finish('acquired', waitedMs);
-    const attributes = lockAttributes(this.lock);
-    attributes['zk_lock.node'] = node;
-    attributes['zk_lock.fencing_token'] = fencingToken.toString();
-    this.span.setAttribute('zk_lock.node', node);
-    this.span.setAttribute('zk_lock.fencing_token', attributes['zk_lock.fencing_token']);
+    const held = { 'zk_lock.node': node, 'zk_lock.fencing_token': fencingToken.toString() };
+    this.finish('acquired', waitedMs, held);
     this.span.end();
-    return new HoldTrace(this.otel, this.tracer.startSpan('lock.hold', { attributes }, this.parent));
+    return new HoldTrace(this.otel, this.tracer.startSpan('lock.hold', { attributes: Object.assign(this.attributes, held) }, this.parent));
   }
 
   /** Ends the span as not acquired (`reason`: timeout, aborted, connection, error). */
   notAcquired(reason: string, waitedMs: number, error: unknown): void {
     if (this.ended) return;
-    this.finish(reason, waitedMs);
+    this.finish(reason, waitedMs, {});
     this.span.setStatus({ code: SPAN_STATUS_ERROR, message: reason });
     if (reason === 'error') this.span.recordException(error instanceof Error ? error : String(error));
     this.span.end();
   }
 
-  private finish(outcome: string, waitedMs: number): void {
+  /** Sets the outcome, the wait and `more` in one call. */
+  private finish(outcome: string, waitedMs: number, more: Attributes): void {
     this.ended = true;
-    this.span.setAttribute('zk_lock.outcome', outcome);
-    this.span.setAttribute('zk_lock.wait_ms', Math.round(waitedMs * 1000) / 1000);
+    this.span.setAttributes({ ...more, 'zk_lock.outcome': outcome, 'zk_lock.wait_ms': Math.round(waitedMs * 1000) / 1000 });
   }
 }
 
@@ -219,10 +220,6 @@ export class HoldTrace {
   }
 }
 
-function lockAttributes(lock: TracedLock): Attributes {
-  return { 'zk_lock.name': lock.name, 'zk_lock.path': lock.path, 'zk_lock.kind': lock.kind };
-}
-
 /** The acquire's span, or undefined when tracing is off (the API absent, or no provider registered). */
 export function startAcquireTrace(lock: TracedLock): AcquireTrace | undefined {
   const tracer = activeTracer();
@@ -231,14 +228,7 @@ export function startAcquireTrace(lock: TracedLock): AcquireTrace | undefined {
   return new AcquireTrace(api!, tracer, lock);
 }
 
-/** Hold spans by the lease handed to the caller (for `withLock` and `@WithLock` to run under). */
-const holds = new WeakMap<object, HoldTrace>();
-
-export function recordHold(lease: object, hold: HoldTrace): void {
-  holds.set(lease, hold);
-}
-
-/** The hold span of the lease an acquire handed out, if it was traced. */
-export function holdOf(lease: object): HoldTrace | undefined {
-  return everTraced ? holds.get(lease) : undefined;
+/** Whether any span was made: until then a lease is not even asked for its hold span. */
+export function tracingUsed(): boolean {
+  return everTraced;
 }

@@ -9,7 +9,7 @@ import type { LockEngine } from '../lock-engine.js';
 import { heldByChain, runInLockContext } from '../leases/lock-context.js';
 import { HeldLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup } from '../leases/multi-lease.js';
-import { holdOf, recordHold, startAcquireTrace, type AcquireTrace, type HoldTrace } from '../tracing.js';
+import { startAcquireTrace, tracingUsed, type AcquireTrace, type HoldTrace } from '../tracing.js';
 import type { Revocable } from './revocation.js';
 
 /** @internal What a recipe passes to another's acquire besides the caller's options. */
@@ -118,11 +118,7 @@ export abstract class LockRecipe implements Lockable {
       fencingToken: lease.fencingToken,
     }));
     const handed = this.reentrant ? new CountedLease(lease).handle() : lease;
-    if (span) {
-      const hold = span.acquired(lease.path, lease.fencingToken, clock.now() - started);
-      endWithLease(lease, hold);
-      recordHold(handed, hold);
-    }
+    if (span) endWithLease(lease, span.acquired(lease.path, lease.fencingToken, clock.now() - started));
     return handed;
   }
 
@@ -142,7 +138,7 @@ export abstract class LockRecipe implements Lockable {
 
   /** @internal Work under `withLock` and `@WithLock` runs in the hold's span, while tracing. */
   runHolding<T>(lease: Lease, fn: () => T): T {
-    const hold = holdOf(lease);
+    const hold = tracingUsed() ? holdOf(lease) : undefined;
     return hold ? hold.run(() => runInLockContext(this.contextKey, lease, fn)) : runInLockContext(this.contextKey, lease, fn);
   }
 }
@@ -151,6 +147,14 @@ export abstract class LockRecipe implements Lockable {
 function endWithLease(lease: Lease, hold: HoldTrace): void {
   if (lease instanceof HeldLease) lease.hold = hold;
   else if (lease instanceof LeaseGroup) for (const member of lease.leases) endWithLease(member, hold);
+}
+
+/** The hold span of a lease an acquire handed out (through a re-entrant handle, of a semaphore's group). */
+function holdOf(lease: Lease): HoldTrace | undefined {
+  if (lease instanceof ReentrantHandle) return holdOf(lease.root);
+  if (lease instanceof HeldLease) return lease.hold;
+  if (lease instanceof LeaseGroup) return lease.leases[0] && holdOf(lease.leases[0]);
+  return undefined;
 }
 
 /** @internal One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
