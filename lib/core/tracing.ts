@@ -107,14 +107,25 @@ export function holderSpanContext(data: Buffer): SpanContext | undefined {
   return { traceId: match[1]!, spanId: match[2]!, traceFlags: parseInt(match[3]!, 16), isRemote: true };
 }
 
+/** Tracing must never break locking: an SDK that throws loses the span's update, the lock goes on. */
+function safely<T>(work: () => T): T | undefined {
+  try {
+    return work();
+  } catch {
+    return undefined;
+  }
+}
+
 /**
  * One acquire's `lock.acquire` span, from the acquire's start to its outcome: the queue writes
  * the span's context into our node's data (`nodeData`), and links it to the holder named in the
- * data of each node it waits behind.
+ * data of each node it waits behind. No method throws.
  */
 export class AcquireTrace {
   /** Merged into our node's holder data: the context waiters behind us link to. */
   readonly nodeData: { traceparent: string } | undefined;
+  /** This span's context (for a later holder's handoff link). */
+  readonly context: SpanContext;
   private readonly parent: OtelContext;
   private readonly span: Span;
   /** The lock's, then the hold's too (the SDK copies them at each start). */
@@ -125,6 +136,7 @@ export class AcquireTrace {
   private linked: string[] | undefined;
   private ended = false;
 
+  /** Throws what the SDK throws (see startAcquireTrace). */
   constructor(
     private readonly otel: OtelApi,
     private readonly tracer: Tracer,
@@ -133,67 +145,66 @@ export class AcquireTrace {
     this.parent = otel.context.active();
     this.attributes = { 'zk_lock.name': lock.name, 'zk_lock.path': lock.path, 'zk_lock.kind': lock.kind };
     this.span = tracer.startSpan('lock.acquire', { attributes: this.attributes }, this.parent);
-    this.nodeData = this.span.isRecording() ? { traceparent: traceparentOf(this.span.spanContext()) } : undefined;
-  }
-
-  /** This span's context (for a later holder's handoff link). */
-  get context(): SpanContext {
-    return this.span.spanContext();
+    this.context = this.span.spanContext();
+    this.nodeData = this.span.isRecording() ? { traceparent: traceparentOf(this.context) } : undefined;
   }
 
   /** The acquire found the lock taken: `position` callers ahead of it (in ZooKeeper's queue, or in this process). */
   waiting(position: number, inProcess = false): void {
     if (this.waited || this.ended) return;
     this.waited = true;
-    this.span.setAttribute('zk_lock.queue.position', position);
-    if (inProcess) this.span.setAttribute('zk_lock.queue.in_process', true);
+    safely(() => this.span.setAttributes(inProcess ? { 'zk_lock.queue.position': position, 'zk_lock.queue.in_process': true } : { 'zk_lock.queue.position': position }));
   }
 
   /** It waits behind `node`; `data` is what the watch's read returned (the holder data). */
   watching(node: string, data: Buffer | undefined): void {
     if (this.ended) return;
     (this.watched ??= []).push(node);
-    this.span.setAttribute('zk_lock.watched', this.watched);
+    safely(() => this.span.setAttribute('zk_lock.watched', this.watched!));
     const holder = data && holderSpanContext(data);
     if (holder) this.linkTo(holder, node);
   }
 
   /** A local holder handed the lock over to this acquire, which had waited for it. */
   handedOverBy(previous: AcquireTrace | undefined): void {
-    if (previous && this.waited) this.linkTo(previous.context, undefined);
+    if (previous && this.waited && !this.ended) this.linkTo(previous.context, undefined);
   }
 
   private linkTo(context: SpanContext, node: string | undefined): void {
     if (this.linked?.includes(context.spanId) || typeof this.span.addLink !== 'function') return;
     (this.linked ??= []).push(context.spanId);
-    this.span.addLink(node ? { context, attributes: { 'zk_lock.node': node } } : { context });
+    safely(() => this.span.addLink!(node ? { context, attributes: { 'zk_lock.node': node } } : { context }));
   }
 
   /** Ends the span as acquired and starts the hold's, a sibling under the same parent. */
-  acquired(node: string, fencingToken: bigint, waitedMs: number): HoldTrace {
+  acquired(node: string, fencingToken: bigint, waitedMs: number): HoldTrace | undefined {
+    if (this.ended) return undefined;
     const held = { 'zk_lock.node': node, 'zk_lock.fencing_token': fencingToken.toString() };
     this.finish('acquired', waitedMs, held);
-    this.span.end();
-    return new HoldTrace(this.otel, this.tracer.startSpan('lock.hold', { attributes: Object.assign(this.attributes, held) }, this.parent));
+    return safely(() => new HoldTrace(this.otel, this.tracer.startSpan('lock.hold', { attributes: Object.assign(this.attributes, held) }, this.parent)));
   }
 
   /** Ends the span as not acquired (`reason`: timeout, aborted, connection, error). */
   notAcquired(reason: string, waitedMs: number, error: unknown): void {
     if (this.ended) return;
-    this.finish(reason, waitedMs, {});
-    this.span.setStatus({ code: SPAN_STATUS_ERROR, message: reason });
-    if (reason === 'error') this.span.recordException(error instanceof Error ? error : String(error));
-    this.span.end();
+    this.finish(reason, waitedMs, {}, () => {
+      this.span.setStatus({ code: SPAN_STATUS_ERROR, message: reason });
+      if (reason === 'error') this.span.recordException(error instanceof Error ? error : String(error));
+    });
   }
 
-  /** Sets the outcome, the wait and `more` in one call. */
-  private finish(outcome: string, waitedMs: number, more: Attributes): void {
+  /** Sets the outcome, the wait and `more`, then ends the span. */
+  private finish(outcome: string, waitedMs: number, more: Attributes, before?: () => void): void {
     this.ended = true;
-    this.span.setAttributes({ ...more, 'zk_lock.outcome': outcome, 'zk_lock.wait_ms': Math.round(waitedMs * 1000) / 1000 });
+    safely(() => {
+      this.span.setAttributes({ ...more, 'zk_lock.outcome': outcome, 'zk_lock.wait_ms': Math.round(waitedMs * 1000) / 1000 });
+      before?.();
+    });
+    safely(() => this.span.end());
   }
 }
 
-/** One hold's `lock.hold` span, ended at release or loss. */
+/** One hold's `lock.hold` span, ended at release or loss. No method throws but `run`'s `fn`. */
 export class HoldTrace {
   private ended = false;
 
@@ -205,27 +216,32 @@ export class HoldTrace {
   /** Runs `fn` with this span as the active context (work done under the lock nests under it). */
   run<T>(fn: () => T): T {
     const { context, trace } = this.otel;
-    return context.with(trace.setSpan(context.active(), this.span), fn);
+    const active = safely(() => trace.setSpan(context.active(), this.span));
+    return active ? context.with(active, fn) : fn();
   }
 
   end(reason: string): void {
     if (this.ended) return;
     this.ended = true;
-    this.span.setAttribute('zk_lock.outcome', reason === 'released' ? 'released' : 'lost');
-    if (reason !== 'released') {
-      this.span.setAttribute('zk_lock.lost.reason', reason);
-      this.span.setStatus({ code: SPAN_STATUS_ERROR, message: `lost: ${reason}` });
-    }
-    this.span.end();
+    safely(() =>
+      this.span.setAttributes(reason === 'released' ? { 'zk_lock.outcome': 'released' } : { 'zk_lock.outcome': 'lost', 'zk_lock.lost.reason': reason }),
+    );
+    if (reason !== 'released') safely(() => this.span.setStatus({ code: SPAN_STATUS_ERROR, message: `lost: ${reason}` }));
+    safely(() => this.span.end());
   }
 }
 
 /** The acquire's span, or undefined when tracing is off (the API absent, or no provider registered). */
 export function startAcquireTrace(lock: TracedLock): AcquireTrace | undefined {
-  const tracer = activeTracer();
+  let tracer: Tracer | undefined;
+  try {
+    tracer = activeTracer();
+  } catch {
+    return undefined; // a provider that throws: no span
+  }
   if (!tracer) return undefined;
   everTraced = true;
-  return new AcquireTrace(api!, tracer, lock);
+  return safely(() => new AcquireTrace(api!, tracer, lock));
 }
 
 /** Whether any span was made: until then a lease is not even asked for its hold span. */

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { context, propagation, trace, ROOT_CONTEXT, type Context, type ContextManager } from '@opentelemetry/api';
+import { context, propagation, trace, ROOT_CONTEXT, type Context, type ContextManager, type Tracer, type TracerProvider } from '@opentelemetry/api';
 import { NodeTracerProvider } from '@opentelemetry/sdk-trace-node';
 import { InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { Mutex } from '../../lib/core/recipes/mutex.js';
@@ -250,3 +250,35 @@ describe('tracing on', () => {
     expect(named('lock.hold').map((s) => s.attributes['zk_lock.outcome'])).toEqual(['released', 'released', 'released']);
   });
 });
+
+describe('tracing with an SDK that throws', () => {
+  afterEach(() => trace.disable());
+
+  /** A provider whose tracer throws at `startSpan`, or whose spans throw at every update and at `end`. */
+  function throwingProvider(where: 'startSpan' | 'span'): TracerProvider {
+    const fail = () => {
+      throw new Error('a broken span processor');
+    };
+    const spanContext = { traceId: '0af7651916cd43dd8448eb211c80319c', spanId: 'b7ad6b7169203331', traceFlags: 1 };
+    const span = { spanContext: () => spanContext, isRecording: () => true, setAttribute: fail, setAttributes: fail, addLink: fail, setStatus: fail, recordException: fail, end: fail };
+    return { getTracer: () => ({ startSpan: where === 'startSpan' ? fail : () => span }) as unknown as Tracer };
+  }
+
+  it.each(['startSpan', 'span'] as const)('never breaks locking (throwing at %s): contended, handed over in process, with work under the lock', async (where) => {
+    trace.setGlobalTracerProvider(throwingProvider(where));
+    const path = uniquePath(`throwing-${where}`);
+    const [a, b] = await Promise.all([engine(), engine()]);
+    await contendedCycle(new Mutex(a, 't', path, { coalesce: false }), new Mutex(b, 't', path, { coalesce: false }), await connect(), path);
+    const mutex = new Mutex(a, 't', path);
+    const first = await mutex.acquire();
+    const second = mutex.withLock(() => 'worked', { waitMs: 20_000 });
+    await first.release();
+    expect(await within(second, 20_000, 'the handed-over caller')).toBe('worked');
+    const lost = await mutex.acquire();
+    const aborted = whenAborted(lost.signal);
+    await (await connect()).session!.delete(lost.path);
+    await aborted;
+    expect(lost.isHeld).toBe(false);
+  });
+});
+

@@ -118,7 +118,8 @@ export abstract class LockRecipe implements Lockable {
       fencingToken: lease.fencingToken,
     }));
     const handed = this.reentrant ? new CountedLease(lease).handle() : lease;
-    if (span) endWithLease(lease, span.acquired(lease.path, lease.fencingToken, clock.now() - started));
+    const hold = span?.acquired(lease.path, lease.fencingToken, clock.now() - started);
+    if (hold) endWithLease(lease, hold);
     return handed;
   }
 
