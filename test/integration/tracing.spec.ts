@@ -15,10 +15,12 @@ import { Semaphore } from '../../lib/core/recipes/semaphore.js';
 import { parseHolderData } from '../../lib/core/operations/holder-data.js';
 import type { LockEngine } from '../../lib/core/lock-engine.js';
 import { sortChildren } from '../../lib/core/paths.js';
+import { CuratorPeer, curatorPeerUnavailableReason } from '../support/curator-peer.js';
 import { closeAll, connect, engine, uniquePath, zkConnectString } from '../support/helpers.js';
 import { countRequests, nameOf, notAcquired, untilChildCount, untilWatching, whenAborted, within } from '../support/lock-test-helpers.js';
 
 const HOLDER = fileURLToPath(new URL('./fixtures/traced-holder.mjs', import.meta.url));
+const curatorUnavailable = curatorPeerUnavailableReason();
 
 afterAll(closeAll);
 
@@ -249,6 +251,31 @@ describe('tracing on', () => {
     expect(thirdSpan?.links.map((l) => l.spanId)).toEqual([secondSpan!.spanId]);
     expect(named('lock.hold').map((s) => s.attributes['zk_lock.outcome'])).toEqual(['released', 'released', 'released']);
   });
+
+  (curatorUnavailable ? it.skip : it)("beside Curator: Curator queues behind a traced holder and takes over; a traced waiter behind Curator's node waits with no link", async () => {
+    const path = uniquePath('curator');
+    const e = await engine();
+    const curator = await CuratorPeer.start(zkConnectString());
+    try {
+      const mutex = new Mutex(e, 'curator', path);
+      const lease = await mutex.acquire();
+      await curator.mutex('c', path);
+      const curatorGot = curator.acquire('c', 30_000);
+      await untilChildCount(await connect(), path, 2);
+      await lease.release();
+      expect(await curatorGot).toBe(true);
+      const [curatorNode] = await curator.participants('c');
+      const waiting = mutex.acquire({ waitMs: 30_000 });
+      await untilWatching(`${path}/${curatorNode}`, e.connection.session!.id);
+      await curator.release('c');
+      await (await within(waiting, 30_000, 'the traced waiter')).release();
+      const waited = named('lock.acquire').at(-1)!;
+      expect(waited.attributes).toMatchObject({ 'zk_lock.outcome': 'acquired', 'zk_lock.watched': [curatorNode] });
+      expect(waited.links).toEqual([]);
+    } finally {
+      await curator.close();
+    }
+  }, 90_000);
 });
 
 describe('tracing with an SDK that throws', () => {
