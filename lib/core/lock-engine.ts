@@ -1,6 +1,6 @@
 import { ConnectionClosedError, InvalidOptionError } from './errors.js';
 import { positiveInteger } from './validation.js';
-import { holderDataWriter, type HolderIdentity } from './operations/holder-data.js';
+import { holderDataWriter, type HolderDataExtra, type HolderIdentity } from './operations/holder-data.js';
 import { HANDOFF_BITS, validateZkPath } from './paths.js';
 import { ZkOperations } from './operations/zk-operations.js';
 import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
@@ -193,8 +193,8 @@ export class LockEngine {
     return this.localQueues.size;
   }
 
-  /** Fresh holder data for a new node (created-at changes per node). */
-  readonly nodeData: () => Buffer;
+  /** Fresh holder data for a new node (created-at changes per node), with an acquire's extra fields. */
+  readonly nodeData: (extra?: HolderDataExtra) => Buffer;
 
   /** @internal Holds `item` until the returned function is called (shutdown ends what is still held). */
   track(item: SessionBound): () => void {

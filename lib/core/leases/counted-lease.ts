@@ -25,7 +25,8 @@ export class ReentrantHandle implements Lease {
   private released = false;
 
   constructor(
-    private readonly root: Lease,
+    /** @internal The lease shared by the nested acquisitions. */
+    readonly root: Lease,
     private readonly counter: CountedLease,
   ) {}
 

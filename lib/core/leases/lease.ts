@@ -7,6 +7,7 @@ import { parentOf } from '../paths.js';
 import { isRevokeRequest } from '../operations/holder-data.js';
 import type { Revocable } from '../recipes/revocation.js';
 import type { Clock, ClockTimer } from '../clock.js';
+import type { HoldTrace } from '../tracing.js';
 
 /**
  * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after
@@ -70,6 +71,8 @@ export abstract class HeldLease implements Lease {
   /** Settles once loss detection is in place (e.g. the watch's reply came). */
   private armed: Promise<boolean> | undefined;
   private readonly leaseTimer: ClockTimer | undefined;
+  /** @internal The hold's span while tracing: ends with the lease. */
+  hold: HoldTrace | undefined;
 
   constructor(
     readonly name: string,
@@ -177,6 +180,7 @@ export abstract class HeldLease implements Lease {
   protected end(reason: LockLostReason | 'released'): void {
     this.ended = true;
     this.clock.clearTimeout(this.leaseTimer);
+    this.hold?.end(reason);
     this.options.onEnd?.(reason);
   }
 }

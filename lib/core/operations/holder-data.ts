@@ -10,6 +10,11 @@ export interface HolderInfo {
   instance?: string;
   /** ISO time the node was created. */
   createdAt: string;
+  /**
+   * W3C trace context of the acquire that made the node, while tracing (docs/tracing.md): the
+   * span that waiters behind this node link to.
+   */
+  traceparent?: string;
 }
 
 export interface HolderIdentity {
@@ -20,19 +25,30 @@ export interface HolderIdentity {
 let host: string | undefined;
 
 /**
+ * Fields of one acquire's node added after the holder's own (e.g. its `traceparent`); their
+ * values must be JSON-serialisable.
+ */
+export type HolderDataExtra = Readonly<Record<string, unknown>>;
+
+/**
  * Makes the data of each new lock node: HolderInfo as JSON, with the time of the call. Only the
  * time changes, so the rest is serialised once, and the whole once per millisecond: this runs on
  * every acquire, and many keys acquired at once share the millisecond. The buffer is shared by
  * the nodes made in that millisecond: it is never written to (the client copies it into the request).
+ * An acquire's `extra` fields are appended after `createdAt` (that node's data is its own).
  */
-export function holderDataWriter(identity: HolderIdentity): () => Buffer {
+export function holderDataWriter(identity: HolderIdentity): (extra?: HolderDataExtra) => Buffer {
   host ??= hostname(); // a system call; the host does not change under a running process
   const fixed = JSON.stringify({ host, pid: process.pid, ...identity, createdAt: '' });
   const head = fixed.slice(0, -3); // up to `"createdAt":`, without `""}`
   let at = NaN;
   let data = Buffer.alloc(0);
-  return () => {
+  return (extra) => {
     const now = Date.now();
+    if (extra !== undefined) {
+      const more = JSON.stringify(extra);
+      if (more.length > 2) return Buffer.from(`${head}"${new Date(now).toISOString()}",${more.slice(1)}`);
+    }
     if (now !== at) {
       at = now;
       data = Buffer.from(`${head}"${new Date(now).toISOString()}"}`);

@@ -9,6 +9,7 @@ import type { Created, Listing } from '../operations/zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import type { WatchEventType, ZkSession } from '../client/session.js';
 import { sleep, type Clock, type ClockTimer } from '../clock.js';
+import type { AcquireTrace } from '../tracing.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =
@@ -62,6 +63,8 @@ export interface QueueOptions extends AcquireOptions {
   session?: ZkSession;
   /** Receives a function that gives the acquire up (like an abort; cheaper than an AbortSignal). */
   onCancellable?: (cancel: () => void) => void;
+  /** The acquire's span while tracing: its context goes into our node's data, its links to the nodes we wait behind. */
+  trace?: AcquireTrace;
 }
 
 /** A node that holds its place at the head of a queue. */
@@ -105,6 +108,7 @@ class QueueWaiter {
   private losses = 0;
   private readonly pinned: ZkSession | undefined;
   private contended = false;
+  private readonly trace: AcquireTrace | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -114,6 +118,7 @@ class QueueWaiter {
     this.tryOnce = options.waitMs === 0;
     this.pinned = options.session;
     this.barge = options.fair === false;
+    this.trace = options.trace;
     this.cancellation = new Cancellation(engine, options, () => {
       this.wake?.();
       for (const cancel of [...this.cancelHooks]) cancel();
@@ -168,7 +173,7 @@ class QueueWaiter {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
-      data: this.spec.data?.() ?? this.engine.nodeData(),
+      data: this.spec.data?.() ?? this.engine.nodeData(this.trace?.nodeData),
       sequential: fixedSuffix === undefined,
       list: expected === undefined || expected.list,
     });
@@ -196,6 +201,7 @@ class QueueWaiter {
           this.cancellation.settle({ reason: 'timeout' });
           throw CANCELLED;
         }
+        this.trace?.waiting(index);
         if (!this.contended && !this.spec.silent) {
           this.contended = true;
           const { lockName, parentPath, kind, lockPath } = this.spec;
@@ -309,7 +315,9 @@ class QueueWaiter {
       try {
         if ('watch' in verdict) {
           watched = joinPath(this.spec.parentPath, verdict.watch);
-          await this.untilCancelled(this.engine.ops.watchNode(session, watched, listener));
+          const { data } = await this.untilCancelled(this.engine.ops.watchNode(session, watched, listener));
+          // The read that sets the watch brings the node's holder data: who we wait behind.
+          this.trace?.watching(verdict.watch, data);
         } else {
           watched = this.spec.parentPath;
           const { children, stat } = await this.untilCancelled(this.engine.ops.watchChildren(session, watched, listener));

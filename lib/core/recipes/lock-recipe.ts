@@ -7,9 +7,17 @@ import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-op
 import { notAcquiredError } from '../queue/cancellation.js';
 import type { LockEngine } from '../lock-engine.js';
 import { heldByChain, runInLockContext } from '../leases/lock-context.js';
-import type { Lease } from '../leases/lease.js';
+import { HeldLease, type Lease } from '../leases/lease.js';
+import { LeaseGroup } from '../leases/multi-lease.js';
+import { startAcquireTrace, tracingUsed, type AcquireTrace, type HoldTrace } from '../tracing.js';
 import type { Revocable } from './revocation.js';
 import type { Clock } from '../clock.js';
+
+/** @internal What a recipe passes to another's acquire besides the caller's options. */
+export interface InternalAcquireOptions extends AcquireOptions {
+  /** The span of the acquire this one is part of (a semaphore's internal lock): its node carries that context. */
+  trace?: AcquireTrace;
+}
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */
 export interface Lockable {
@@ -57,7 +65,8 @@ export abstract class LockRecipe implements Lockable {
     return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent };
   }
 
-  protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
+  /** `trace`: the acquire's span while tracing, for the queue (see QueueOptions.trace). */
+  protected abstract acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease>;
 
   /** @internal The key under which a call chain's hold on this lock is recorded (per connection). */
   get contextKey(): string {
@@ -82,9 +91,11 @@ export abstract class LockRecipe implements Lockable {
     const { clock } = this.engine.connection;
     const started = clock.now();
     if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
+    // An internal lock has no span of its own: it queues under the one of the acquire it is part of.
+    const span = this.silent ? undefined : startAcquireTrace(this);
     let lease: Lease;
     try {
-      lease = await this.acquireNew(options);
+      lease = await this.acquireNew(options, span ?? (options as InternalAcquireOptions).trace);
       // A grant can reach us after a stall past the session's deadline, before the deadline timer
       // ran (a reply read first): isHeld checks the clock (and declares the session lost if it is
       // past). Never hand out a lease that another client may already hold; give it back so that
@@ -94,6 +105,7 @@ export abstract class LockRecipe implements Lockable {
         throw notAcquiredError(this.name, 'connection', options.waitMs === 0);
       }
     } catch (error) {
+      span?.notAcquired(error instanceof LockNotAcquiredError ? error.reason : 'error', clock.now() - started, error);
       if (!this.silent) publish('notAcquired', () => ({
         name: this.name,
         path: this.path,
@@ -113,7 +125,10 @@ export abstract class LockRecipe implements Lockable {
       waitedMs: clock.now() - started,
       fencingToken: lease.fencingToken,
     }));
-    return this.reentrant ? new CountedLease(lease).handle() : lease;
+    const handed = this.reentrant ? new CountedLease(lease).handle() : lease;
+    const hold = span?.acquired(lease.path, lease.fencingToken, clock.now() - started);
+    if (hold) endWithLease(lease, hold);
+    return handed;
   }
 
   tryAcquire(): Promise<Lease | null> {
@@ -130,10 +145,25 @@ export abstract class LockRecipe implements Lockable {
     return parentOf(lease.path) === this.path && (!session || lease.sessionId === session.id);
   }
 
-  /** @internal */
+  /** @internal Work under `withLock` and `@WithLock` runs in the hold's span, while tracing. */
   runHolding<T>(lease: Lease, fn: () => T): T {
-    return runInLockContext(this.contextKey, lease, fn);
+    const hold = tracingUsed() ? holdOf(lease) : undefined;
+    return hold ? hold.run(() => runInLockContext(this.contextKey, lease, fn)) : runInLockContext(this.contextKey, lease, fn);
   }
+}
+
+/** The hold's span ends with the lease: at its release or loss (a semaphore's leases: the first to end). */
+function endWithLease(lease: Lease, hold: HoldTrace): void {
+  if (lease instanceof HeldLease) lease.hold = hold;
+  else if (lease instanceof LeaseGroup) for (const member of lease.leases) endWithLease(member, hold);
+}
+
+/** The hold span of a lease an acquire handed out (through a re-entrant handle, of a semaphore's group). */
+function holdOf(lease: Lease): HoldTrace | undefined {
+  if (lease instanceof ReentrantHandle) return holdOf(lease.root);
+  if (lease instanceof HeldLease) return lease.hold;
+  if (lease instanceof LeaseGroup) return lease.leases[0] && holdOf(lease.leases[0]);
+  return undefined;
 }
 
 /** @internal One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */

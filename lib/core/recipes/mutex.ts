@@ -8,6 +8,7 @@ import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import { MUTEX_NODE } from './node-names.js';
+import type { AcquireTrace } from '../tracing.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */
@@ -124,7 +125,7 @@ export class Mutex extends LockRecipe {
     }
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
     const { releaseInBackground } = this;
     const leaseOptions = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground };
     const maxLocalHandoffs = this.maxLocalHandoffs;
@@ -133,9 +134,9 @@ export class Mutex extends LockRecipe {
       const { fair, retainMs } = this;
       const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${releaseInBackground}:${this.path}`;
       const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs, releaseInBackground }, unregister));
-      return queue.acquire(this.name, options, leaseOptions);
+      return queue.acquire(this.name, options, leaseOptions, trace);
     }
-    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
+    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace });
     return new NodeLease(this.engine, this.name, entry, leaseOptions);
   }
 }

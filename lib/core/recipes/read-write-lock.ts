@@ -9,6 +9,7 @@ import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import type { ZkSession } from '../client/session.js';
 import { READ_NODE, READ_WRITE_MARKERS, WRITE_NODE } from './node-names.js';
+import type { AcquireTrace } from '../tracing.js';
 
 /** What both halves' leases get: the max hold time and how they hear revocation. */
 interface HeldOptions {
@@ -72,14 +73,14 @@ export class WriteLock extends LockRecipe {
     return held?.isHeld ? held : undefined;
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
     if (heldByChain(this.keyFor('read'))?.isHeld) {
       throw new LockUsageError(
         `Lock ${JSON.stringify(this.name)}: this call chain holds the read lock and asked for the write lock; ` +
           'upgrading would deadlock (release the read lock first)',
       );
     }
-    const entry = await acquireInQueue(this.engine, this.spec, options);
+    const entry = await acquireInQueue(this.engine, this.spec, trace ? { ...options, trace } : options);
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 }
@@ -97,10 +98,10 @@ export class ReadLock extends LockRecipe {
     super(engine, name, path, true);
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
     const writeLease = this.writeLock.heldLease();
     const spec: QueueSpec = writeLease ? this.downgradeSpec(writeLease) : this.spec(() => undefined);
-    const entry = await acquireInQueue(this.engine, spec, options);
+    const entry = await acquireInQueue(this.engine, spec, trace ? { ...options, trace } : options);
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 
