@@ -3,7 +3,7 @@ import { Cancellation } from './cancellation.js';
 import { NodeWatch } from '../operations/node-watch.js';
 import { ConnectionClosedError } from '../errors.js';
 import { publish } from '../diagnostics.js';
-import type { LockEngine } from '../lock-engine.js';
+import type { HoldingWait, LockEngine } from '../lock-engine.js';
 import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from '../paths.js';
 import type { Created, Listing } from '../operations/zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
@@ -62,6 +62,18 @@ export interface QueueOptions extends AcquireOptions {
   session?: ZkSession;
   /** Receives a function that gives the acquire up (like an abort; cheaper than an AbortSignal). */
   onCancellable?: (cancel: () => void) => void;
+  /** The caller's call chain holds other locks: its node says which, and its wait looks for cycles. */
+  nested?: NestedWait;
+}
+
+/** A wait whose call chain holds other locks (see deadlocks.ts). */
+export interface NestedWait {
+  /** The lock paths the chain still holds, written into each node made (as `holds`). */
+  holds(): readonly string[];
+  /** Calls `changed` when a lease behind `holds` ends (the node's `holds` is then wrong); returns what stops that. */
+  onHoldsChanged(changed: () => void): () => void;
+  /** Looks for a cycle of waits through our node: resolves with the error that ends the wait, if any. */
+  check(wait: HoldingWait): Promise<Error | undefined>;
 }
 
 /** A node that holds its place at the head of a queue. */
@@ -105,6 +117,13 @@ class QueueWaiter {
   private losses = 0;
   private readonly pinned: ZkSession | undefined;
   private contended = false;
+  private readonly nested: NestedWait | undefined;
+  /** A lease behind our node's `holds` ended since the node was made. */
+  private holdsChanged = false;
+  /** Our current node and what its data says we hold. */
+  private node: { path: string; holds: readonly string[] } | undefined;
+  /** The node whose wait was searched for a cycle (once per node: the wait that closes a cycle is made last). */
+  private checkedNode: string | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -114,6 +133,8 @@ class QueueWaiter {
     this.tryOnce = options.waitMs === 0;
     this.pinned = options.session;
     this.barge = options.fair === false;
+    // A try-once never waits, and a barging waiter keeps no node while it does: neither is seen in a cycle.
+    this.nested = this.tryOnce || this.barge ? undefined : options.nested;
     this.cancellation = new Cancellation(engine, options, () => {
       this.wake?.();
       for (const cancel of [...this.cancelHooks]) cancel();
@@ -122,6 +143,10 @@ class QueueWaiter {
   }
 
   async run(): Promise<QueueEntry> {
+    const stopWatchingHolds = this.nested?.onHoldsChanged(() => {
+      this.holdsChanged = true;
+      this.wake?.();
+    });
     try {
       for (;;) {
         const session = await this.connectedSession();
@@ -138,6 +163,7 @@ class QueueWaiter {
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
     } finally {
+      stopWatchingHolds?.();
       this.stopOwnWatch();
       this.cancellation.dispose();
     }
@@ -164,11 +190,13 @@ class QueueWaiter {
     const { shortcut } = this.engine.ops;
     // Where our node was alone when we last released it, its number may prove it alone again.
     const expected = fixedSuffix === undefined ? shortcut.expect(session, parentPath) : undefined;
+    this.holdsChanged = false;
+    const holds = this.nested?.holds() ?? [];
     const created = this.engine.ops.createProtected(session, {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
-      data: this.spec.data?.() ?? this.engine.nodeData(),
+      data: this.spec.data?.() ?? this.engine.nodeData(holds.length > 0 ? { holds: [...holds] } : undefined),
       sequential: fixedSuffix === undefined,
       list: expected === undefined || expected.list,
     });
@@ -178,6 +206,7 @@ class QueueWaiter {
       const first = await this.untilCancelled(created);
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
+      this.node = { path, holds };
       const name = path.slice(parentPath.length + 1);
       if (expected && !listing && !expected.release.deleted) await this.untilCancelled(expected.release.settled);
       const proven = expected && shortcut.confirm(expected, name, sequenceOf(name));
@@ -213,7 +242,9 @@ class QueueWaiter {
           await this.untilCancelled(sleep(clock, clock.random() * Math.min(2 ** this.losses, 64)));
           return undefined;
         }
-        const next = await this.waitFor(session, path, verdict);
+        const next = await this.waitHolding(session, path, verdict);
+        // What our node says we hold is no longer so (a lease ended): make it again with what is.
+        if (this.holdsChanged && holds.length > 0 && next !== 'holds' && next !== 'gone') return this.abandon(session, path);
         if (next === 'holds') return this.held(session, path, name, listing);
         if (next === 'gone') return this.abandon(session, path);
         listing = next === 'relist' ? undefined : next;
@@ -223,6 +254,36 @@ class QueueWaiter {
       this.cleanup = path ? this.engine.ops.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
       this.engine.background(this.cleanup);
       throw error;
+    }
+  }
+
+  /** waitFor, searching once for a cycle of waits through our node when its call chain holds other locks. */
+  private async waitHolding(
+    session: ZkSession,
+    path: string,
+    verdict: Extract<Verdict, { holds: false }>,
+  ): Promise<'holds' | 'relist' | 'gone' | Listing> {
+    const holds = this.node?.path === path ? this.node.holds : [];
+    if (!this.nested || holds.length === 0) return this.waitFor(session, path, verdict);
+    if (this.holdsChanged) return 'relist'; // a lease ended before we slept: the node is made again
+    const wait: HoldingWait = { session, node: path, holds };
+    this.engine.holdingWaits.add(wait);
+    if (this.checkedNode !== path) {
+      this.checkedNode = path;
+      this.nested.check(wait).then(
+        (error) => {
+          // Only ever ends the wait of the node it looked at, as any give-up does: never grants.
+          if (error && this.node?.path === path) this.cancellation.settle({ reason: 'deadlock', error });
+        },
+        () => {
+          if (this.checkedNode === path) this.checkedNode = undefined; // look again after the next wake
+        },
+      );
+    }
+    try {
+      return await this.waitFor(session, path, verdict);
+    } finally {
+      this.engine.holdingWaits.delete(wait);
     }
   }
 

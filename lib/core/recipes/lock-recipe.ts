@@ -6,7 +6,7 @@ import { publish } from '../diagnostics.js';
 import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
 import { notAcquiredError } from '../queue/cancellation.js';
 import type { LockEngine } from '../lock-engine.js';
-import { heldByChain, runInLockContext } from '../leases/lock-context.js';
+import { heldByChain, leasesHeldByChain, runInLockContext } from '../leases/lock-context.js';
 import type { Lease } from '../leases/lease.js';
 import type { Revocable } from './revocation.js';
 
@@ -49,7 +49,11 @@ export abstract class LockRecipe implements Lockable {
     return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent };
   }
 
-  protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
+  /**
+   * Takes a fresh hold. `held`: the other locks of this engine the caller's call chain holds (none
+   * for a try-once, which never waits): a nested acquire, whose wait may close a cycle of waits.
+   */
+  protected abstract acquireNew(options: AcquireOptions, held: readonly Lease[]): Promise<Lease>;
 
   /** @internal The key under which a call chain's hold on this lock is recorded (per connection). */
   get contextKey(): string {
@@ -74,9 +78,10 @@ export abstract class LockRecipe implements Lockable {
     const { clock } = this.engine.connection;
     const started = clock.now();
     if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
+    const held = this.silent || options.waitMs === 0 ? [] : leasesHeldByChain(`${this.engine.id}:`);
     let lease: Lease;
     try {
-      lease = await this.acquireNew(options);
+      lease = await this.acquireNew(options, held);
       // A grant can reach us after a stall past the session's deadline, before the deadline timer
       // ran (a reply read first): isHeld checks the clock (and declares the session lost if it is
       // past). Never hand out a lease that another client may already hold; give it back so that
