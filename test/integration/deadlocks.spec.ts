@@ -4,7 +4,7 @@
 // reported (inspectDeadlocks, withDeadlocks, deadlocksOf) and near-cycles that are not.
 // The same across processes, and a churn run: deadlocks-processes.spec.ts.
 import { randomUUID } from 'node:crypto';
-import { DeadlockError, LockNotAcquiredError, type Deadlock } from '../../lib/core/errors.js';
+import { DeadlockError, InvalidOptionError, LockNotAcquiredError, type Deadlock } from '../../lib/core/errors.js';
 import { cycleThrough, deadlocksOf, inspectDeadlocks, withDeadlocks } from '../../lib/core/deadlocks.js';
 import { inspectLock, inspectLocks, readLockAt } from '../../lib/core/inspect.js';
 import type { LockEngine, LockEngineOptions } from '../../lib/core/lock-engine.js';
@@ -94,6 +94,29 @@ function mutexes(engine: LockEngine, paths: readonly string[]): Mutex[] {
   return paths.map((path, i) => new Mutex(engine, `event:${i}`, path));
 }
 
+describe('the option', () => {
+  it("deadlockDetection takes 'fail', 'report' or 'off'; anything else is an InvalidOptionError naming it", async () => {
+    await expect(engine({}, { deadlockDetection: 'never' as never })).rejects.toThrow(/Invalid option "deadlockDetection": expected 'fail', 'report' or 'off', got "never"/);
+    await expect(engine({}, { deadlockDetection: true as never })).rejects.toBeInstanceOf(InvalidOptionError);
+  });
+
+  it("'off': a nested acquire writes no holds and coalesces as any other", async () => {
+    const [a, b] = await engines(2, { deadlockDetection: 'off' });
+    const observer = await connect();
+    const root = uniquePath('off');
+    const [p1, p2] = [`${root}/one`, `${root}/two`];
+    const holder = await new Mutex(b!, 'two', p2).acquire();
+    const plain = new Mutex(a!, 'two', p2).acquire({ waitMs: 20_000 }); // the process's node
+    await untilChildren(observer, p2, 2);
+    const nested = new Mutex(a!, 'one', p1).withLock(() => new Mutex(a!, 'two', p2).acquire({ waitMs: 20_000 }));
+    await eventually(() => a!.localQueueCount === 2, 10_000, 10); // waits in memory behind it
+    expect((await nodeData(observer, p2)).map((d) => d.holds)).toEqual([undefined, undefined]);
+    await holder.release();
+    await (await plain).release();
+    await (await nested).release();
+  });
+});
+
 describe('what a waiting node says it holds', () => {
   it('a nested waiter names the locks its call chain holds; a plain waiter does not', async () => {
     const [a, b] = await engines(2);
@@ -168,6 +191,8 @@ describe('a cycle of waits', () => {
     expect(members[1]!.holdingNode.startsWith(`${paths[0]}/`)).toBe(true);
     expect(error.message).toContain('deadlock');
     process.stdout.write(`deadlock of two sessions broken ${tookMs} ms after the last wait began\n`);
+    // It only ended a wait: its node is gone (the error comes once the delete is done).
+    expect((await childrenOf(observer, paths[0]!)).length).toBe(1);
     expect(tookMs).toBeLessThan(5_000);
     // Its node is gone and its chain let event:2 go: the first chain goes on.
     await expect(first.outcome).resolves.toBe('acquired');
