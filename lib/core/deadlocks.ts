@@ -1,7 +1,7 @@
 import { DeadlockError, type Deadlock, type DeadlockMember } from './errors.js';
 import { inspectLocks, readLockAt, sessionFor, type ContenderInfo, type InspectLocksOptions, type LockInfo } from './inspect.js';
-import type { HoldingWait, LockEngine } from './lock-engine.js';
-import type { NestedWait } from './queue/lock-queue.js';
+import type { LockEngine } from './lock-engine.js';
+import type { HoldingWait, NestedWait } from './queue/lock-queue.js';
 import { onLeaseEnd, type Lease } from './leases/lease.js';
 import { parentOf } from './paths.js';
 import type { ZkConnection } from './connection/zk-connection.js';

@@ -3,6 +3,7 @@ import { describe, positiveInteger } from './validation.js';
 import { holderDataWriter, type HolderExtra, type HolderIdentity } from './operations/holder-data.js';
 import { HANDOFF_BITS, validateZkPath } from './paths.js';
 import { ZkOperations } from './operations/zk-operations.js';
+import type { HoldingWait } from './queue/lock-queue.js';
 import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
 import { addonFixVersion, requiredAddonFixVersion } from './client/addon-session.js';
 import { ZkPerm, type ZkAcl, type ZkSession } from './client/session.js';
@@ -50,15 +51,6 @@ export interface LockEngineOptions extends HolderIdentity {
 }
 
 export type DeadlockDetection = 'fail' | 'report' | 'off';
-
-/** @internal A wait whose call chain holds other locks: what deadlock detection starts from. */
-export interface HoldingWait {
-  readonly session: ZkSession;
-  /** Our waiting node (its parent is the lock waited for). */
-  readonly node: string;
-  /** The lock paths the call chain holds. */
-  readonly holds: readonly string[];
-}
 
 /** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
 export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;

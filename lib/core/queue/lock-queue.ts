@@ -3,7 +3,7 @@ import { Cancellation } from './cancellation.js';
 import { NodeWatch } from '../operations/node-watch.js';
 import { ConnectionClosedError } from '../errors.js';
 import { publish } from '../diagnostics.js';
-import type { HoldingWait, LockEngine } from '../lock-engine.js';
+import type { LockEngine } from '../lock-engine.js';
 import { fencingTokenOf, joinPath, newProtectedPrefix, sequenceOf, sortChildren } from '../paths.js';
 import type { Created, Listing } from '../operations/zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
@@ -64,6 +64,15 @@ export interface QueueOptions extends AcquireOptions {
   onCancellable?: (cancel: () => void) => void;
   /** The caller's call chain holds other locks: its node says which, and its wait looks for cycles. */
   nested?: NestedWait;
+}
+
+/** A wait whose call chain holds other locks, while it waits: what deadlock detection starts from. */
+export interface HoldingWait {
+  readonly session: ZkSession;
+  /** Our waiting node (its parent is the lock waited for). */
+  readonly node: string;
+  /** The lock paths the call chain holds. */
+  readonly holds: readonly string[];
 }
 
 /** A wait whose call chain holds other locks (see deadlocks.ts). */
