@@ -11,6 +11,8 @@ import { parseArgs } from 'node:util';
 import type { ZkTlsOptions } from './core/connection/connection-options.js';
 import { ReplyTooLargeError, SessionWaitAbortedError, ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
+import { withDeadlocks } from './core/deadlocks.js';
+import type { Deadlock } from './core/errors.js';
 import { ZkConnection } from './core/connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './core/client/zk-error.js';
 import { isRevokeRequest } from './core/operations/holder-data.js';
@@ -24,7 +26,8 @@ const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
 
 locks: lists the locks under <path> (default /locks, the library's base path) with who
 holds each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and
-how many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+how many wait, then any deadlock: a cycle of waits across processes, each member with the
+lock it holds and the one it waits for. Reads ZooKeeper only: it takes no lock and changes nothing.
 
 top: the same locks, refreshed every --interval: holder, held for, waiters and the longest
 wait, handoffs per second, the leader of each election; the longest wait first. q or Ctrl-C
@@ -143,7 +146,7 @@ export async function main(
       if (asked.length === 0) return EXIT_NOBODY_ASKED;
       return asked.every((h) => h.outcome === 'ignored') ? EXIT_NOT_REVOCABLE : 0;
     }
-    const locks = await collect(connection, options);
+    const locks = await withDeadlocks(connection, await collect(connection, options));
     const { olderThanMs } = options;
     io.out(options.json ? `${JSON.stringify(olderThanMs === undefined ? locks : markOlder(locks, olderThanMs), null, 2)}\n` : formatTable(locks, options.path, { olderThanMs }));
     return 0;
@@ -373,7 +376,7 @@ export function formatTable(locks: readonly LockInfo[], root: string, options: F
       .map((cell, col) => (col === cells.length - 1 ? cell : cell.padEnd(widths[col]!)))
       .join('  ')
       .trimEnd();
-  const table = [line(header), ...rows.map(line)].join('\n') + '\n';
+  const table = [line(header), ...rows.map(line)].join('\n') + '\n' + formatDeadlocks(locks);
   if (olderThanMs === undefined) return table;
   const bound = formatAge(olderThanMs);
   return (
@@ -385,6 +388,24 @@ export function formatTable(locks: readonly LockInfo[], root: string, options: F
         'during the outage stay for one more session timeout. From here a live holder and such a node look alike (the session id ' +
         'and the node age are all a client sees); the server frees the node by itself.\n')
   );
+}
+
+/** The deadlocks among `locks`, each once: one line per member (what it holds, who, what it waits for). */
+export function formatDeadlocks(locks: readonly LockInfo[]): string {
+  const byKey = new Map<string, Deadlock>();
+  for (const deadlock of locks.flatMap((lock) => lock.deadlocks ?? [])) byKey.set(deadlock.members.map((m) => m.waitingNode).join('|'), deadlock);
+  if (byKey.size === 0) return '';
+  const now = Date.now();
+  const blocks = [...byKey.values()].map((deadlock, i) => {
+    const lines = deadlock.members.map((m, j) => {
+      const who = describeHolder(m);
+      const waiting = formatAge(Math.max(0, now - m.waitingSince.getTime()));
+      const mark = j === 0 ? '  (began last: the one to give up)' : '';
+      return printable(`  ${m.lock} is held by ${who} (session 0x${m.sessionId}), waiting ${waiting} for ${m.waitsFor}`) + mark;
+    });
+    return `DEADLOCK ${i + 1} (${deadlock.members.length} waits in a cycle):\n${lines.join('\n')}`;
+  });
+  return `\n${blocks.join('\n')}\n`;
 }
 
 /** The KIND column: rw:read / rw:write, `semaphore 2/3` (in use / permits hint). */
@@ -455,7 +476,7 @@ function describeOutcome(outcome: RevokeOutcome, waitMs: number): string {
 }
 
 /** `host:pid app/instance`; a Curator node has only its IP as host. */
-export function describeHolder(contender: ContenderInfo): string {
+export function describeHolder(contender: Pick<ContenderInfo, 'holder'>): string {
   const { host, pid, app, instance } = contender.holder;
   const where = `${host ?? '?'}${pid === undefined ? '' : `:${pid}`}`;
   const who = [app, instance].filter((x) => x !== undefined && x !== '').join('/');

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import diagnostics_channel from 'node:diagnostics_channel';
-import { InvalidOptionError, SessionWaitAbortedError } from './errors.js';
+import { InvalidOptionError, SessionWaitAbortedError, type Deadlock } from './errors.js';
 import { isRevokeRequest, parseHolderData, type HolderInfo } from './operations/holder-data.js';
 import { joinPath, parentOf, sequenceOf, sortChildren, sortKey, validateZkPath } from './paths.js';
 import { isZkCode, ZkCode, ZkError } from './client/zk-error.js';
@@ -40,6 +40,8 @@ export interface ContenderInfo {
   readonly sessionId: string;
   /** When the server created the node (its ctime). */
   readonly createdAt: Date;
+  /** The zxid of the node's create: orders nodes by creation, across locks. */
+  readonly czxid: number;
   /** Milliseconds since `createdAt`, by this machine's clock (0 if the clocks disagree). */
   readonly ageMs: number;
 }
@@ -63,6 +65,11 @@ export interface LockInfo {
   readonly leases?: number;
   /** Semaphore: the permit count given as a hint (ZooKeeper does not store it). */
   readonly permits?: number;
+  /**
+   * The deadlocks this lock is waited for in (`LockService.inspect()`, `withDeadlocks`): cycles of
+   * waits across processes, each seen twice. Absent when there is none.
+   */
+  readonly deadlocks?: readonly Deadlock[];
 }
 
 export interface InspectLockOptions {
@@ -152,6 +159,16 @@ export async function inspectLock(connection: ZkConnection, lockPath: string, op
   const children = await childrenOrNull(session, lockPath);
   if (!children) return null;
   return readLock(session, lockPath, classify(children) ?? 'idle', children, options, limit);
+}
+
+/**
+ * @internal The lock at `path` as `session` reads it now, or null when its node is gone or its
+ * queue has more than `maxNodes` nodes (deadlock detection reads only short queues).
+ */
+export async function readLockAt(session: ZkSession, path: string, maxNodes = Infinity): Promise<LockInfo | null> {
+  const children = await childrenOrNull(session, path);
+  if (!children || children.length > maxNodes) return null;
+  return readLock(session, path, classify(children) ?? 'idle', children, {}, limiter(CONCURRENCY));
 }
 
 /**
@@ -259,6 +276,7 @@ function contender(raw: RawNode, holds: boolean, now: number): ContenderInfo {
     revokeRequested: isRevokeRequest(raw.data),
     sessionId: raw.stat.ephemeralOwner,
     createdAt: created,
+    czxid: raw.stat.czxid,
     ageMs: Math.max(0, now - created.getTime()),
   };
 }

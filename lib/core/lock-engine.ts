@@ -1,8 +1,9 @@
 import { ConnectionClosedError, InvalidOptionError } from './errors.js';
-import { positiveInteger } from './validation.js';
-import { holderDataWriter, type HolderDataExtra, type HolderIdentity } from './operations/holder-data.js';
+import { describe, positiveInteger } from './validation.js';
+import { holderDataWriter, type HolderExtra, type HolderIdentity } from './operations/holder-data.js';
 import { HANDOFF_BITS, validateZkPath } from './paths.js';
 import { ZkOperations } from './operations/zk-operations.js';
+import type { HoldingWait } from './queue/lock-queue.js';
 import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
 import { addonFixVersion, requiredAddonFixVersion } from './client/addon-session.js';
 import { ZkPerm, type ZkAcl, type ZkSession } from './client/session.js';
@@ -39,7 +40,17 @@ export interface LockEngineOptions extends HolderIdentity {
    * their nodes are deleted. New acquires are refused meanwhile. Default 10 000 ms.
    */
   shutdownGraceMs?: number;
+  /**
+   * What a wait does that is one of a cycle of waits across processes (a call chain holding a lock
+   * and waiting for another, see docs/deadlocks.md). `'fail'` (default): the wait that began last
+   * fails at once with a `DeadlockError`, the others go on waiting. `'report'`: nobody fails; the
+   * health indicator and `inspect()` report the cycle until `waitMs` ends it. `'off'`: nested
+   * acquires write no `holds` and read nothing (a nested mutex acquire then coalesces as any other).
+   */
+  deadlockDetection?: DeadlockDetection;
 }
+
+export type DeadlockDetection = 'fail' | 'report' | 'off';
 
 /** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
 export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;
@@ -71,6 +82,10 @@ export function validateEngineOptions(options: LockEngineOptions): string {
   if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') throw new InvalidOptionError('coalesce', 'expected true or false');
   if (options.maxLocalHandoffs !== undefined) positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', 0, 0, MAX_LOCAL_HANDOFFS);
   if (options.shutdownGraceMs !== undefined) positiveInteger(options.shutdownGraceMs, 'shutdownGraceMs', 0, 0);
+  const detection = options.deadlockDetection;
+  if (detection !== undefined && detection !== 'fail' && detection !== 'report' && detection !== 'off') {
+    throw new InvalidOptionError('deadlockDetection', `expected 'fail', 'report' or 'off', got ${describe(detection)}`);
+  }
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
@@ -161,6 +176,14 @@ export class LockEngine {
     );
   }
 
+  /** @internal What a wait in a cycle of waits does (`deadlockDetection`). */
+  get deadlockDetection(): DeadlockDetection {
+    return this.identity.deadlockDetection ?? 'fail';
+  }
+
+  /** @internal The waits of this engine whose call chains hold other locks, while they wait (for the health indicator). */
+  readonly holdingWaits = new Set<HoldingWait>();
+
   /** @internal `defaultWaitMs`, for LockService. */
   get defaultWaitMs(): number {
     return this.identity.defaultWaitMs ?? 0;
@@ -194,7 +217,7 @@ export class LockEngine {
   }
 
   /** Fresh holder data for a new node (created-at changes per node), with an acquire's extra fields. */
-  readonly nodeData: (extra?: HolderDataExtra) => Buffer;
+  readonly nodeData: (extra?: HolderExtra) => Buffer;
 
   /** @internal Holds `item` until the returned function is called (shutdown ends what is still held). */
   track(item: SessionBound): () => void {

@@ -1,6 +1,8 @@
 import { HttpStatus, Logger } from '@nestjs/common';
 import {
   ConnectionClosedError,
+  DeadlockError,
+  describeDeadlock,
   InvalidLockNameError,
   LockLostError,
   LockNotAcquiredError,
@@ -20,6 +22,11 @@ export type ZkLockAnswerReason =
   | 'lock-timeout'
   /** 409: the wait for the lock was cut short (the HTTP client went away, or the caller's signal). */
   | 'lock-wait-aborted'
+  /**
+   * 409: the request held a lock and waited for one whose holder waited for it (directly or along
+   * a cycle of processes): of the cycle's waits, its wait began last and gave up (`DeadlockError`).
+   */
+  | 'deadlock'
   /** 503: no usable ZooKeeper session (away, closed, expired, or refusing the credentials). */
   | 'zookeeper-unavailable'
   /** 503: a leader-only call (`NotLeaderError`) on an instance that does not lead. */
@@ -132,6 +139,17 @@ function withName(answer: ErrorAnswer, name: string, settings: AnswerSettings): 
  * ZkError that is not about the session or the credentials: a bug to report, left to Nest).
  */
 export function answerFor(error: unknown, settings: AnswerSettings = DEFAULT_ANSWER_SETTINGS): ErrorAnswer | undefined {
+  if (error instanceof DeadlockError) {
+    // Contention of a kind a retry resolves: the other members went on once this one let go.
+    const answer: ErrorAnswer = {
+      statusCode: HttpStatus.CONFLICT,
+      error: 'Conflict',
+      message: 'The request waited for a lock in a deadlock with another request; retry later',
+      reason: 'deadlock',
+      retryAfterSeconds: 1,
+    };
+    return withName(answer, error.lockName, settings);
+  }
   if (error instanceof LockNotAcquiredError) {
     if (error.reason === 'connection') return withName(unavailable(), error.lockName, settings);
     const answer: ErrorAnswer = {
@@ -181,6 +199,9 @@ export function logAnswer(error: unknown, answer: ErrorAnswer): void {
     );
   } else if (error instanceof ReplyTooLargeError) {
     logger.error(`Answered ${answer.statusCode}: ${error.message}`);
+  } else if (error instanceof DeadlockError) {
+    // A lock order to fix in the application: who waited for whom.
+    logger.warn(`Answered ${answer.statusCode}: deadlock: ${describeDeadlock(error.deadlock)}`);
   } else if (error instanceof ZkError) {
     logger.warn(`Answered ${answer.statusCode}: ${error.message}`);
   }

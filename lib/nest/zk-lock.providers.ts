@@ -255,8 +255,8 @@ export const engineProvider: Provider = {
   useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) => {
     // With credentials, parents are locked down unless the caller chose an ACL.
     const parentAcl = moduleParentAcl(options);
-    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths } = options;
-    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths });
+    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths, deadlockDetection } = options;
+    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths, deadlockDetection });
     engine.onWarning((message) => logger.warn(message));
     return engine;
   },

@@ -14,6 +14,7 @@ function node(lock: string, seq: number, ageMs: number, instance = `pod-${seq}`)
     holder: { host: 'h', pid: 1, app: 'app', instance },
     revokeRequested: false,
     sessionId: '1',
+    czxid: seq,
     createdAt: new Date(0),
     ageMs,
   };

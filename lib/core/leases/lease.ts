@@ -182,7 +182,32 @@ export abstract class HeldLease implements Lease {
     this.clock.clearTimeout(this.leaseTimer);
     this.hold?.end(reason);
     this.options.onEnd?.(reason);
+    const listeners = this.endListeners;
+    this.endListeners = undefined;
+    for (const listener of listeners ?? []) listener();
   }
+
+  /** Made by the first whenEnded (a nested wait recording this lease in its `holds`). */
+  private endListeners: Set<() => void> | undefined;
+
+  /** @internal Calls `listener` once the lease ends (released or lost); returns what stops that. */
+  whenEnded(listener: () => void): () => void {
+    if (this.ended) {
+      listener();
+      return () => undefined;
+    }
+    (this.endListeners ??= new Set()).add(listener);
+    return () => this.endListeners?.delete(listener);
+  }
+}
+
+/**
+ * @internal Calls `listener` when `lease` is no longer held (released or lost; maybe more than
+ * once); returns what stops that. A lease that cannot tell never calls it.
+ */
+export function onLeaseEnd(lease: Lease, listener: () => void): () => void {
+  const watchable = lease as Partial<Pick<HeldLease, 'whenEnded'>>;
+  return typeof watchable.whenEnded === 'function' ? watchable.whenEnded(listener) : () => undefined;
 }
 
 /** A lease over one node of ours; tells its holder when the node or its session goes away. */

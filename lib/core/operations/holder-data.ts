@@ -15,7 +15,15 @@ export interface HolderInfo {
    * span that waiters behind this node link to.
    */
   traceparent?: string;
+  /**
+   * The locks (paths) its call chain held when this node was made to wait here (a nested
+   * acquire): what deadlock detection reads (docs/deadlocks.md). Absent when it held none.
+   */
+  holds?: string[];
 }
+
+/** What one acquire adds to its node's data (merged into the JSON): its trace context, the locks its chain holds. */
+export type HolderExtra = Pick<HolderInfo, 'traceparent' | 'holds'>;
 
 export interface HolderIdentity {
   app?: string;
@@ -25,19 +33,13 @@ export interface HolderIdentity {
 let host: string | undefined;
 
 /**
- * Fields of one acquire's node added after the holder's own (e.g. its `traceparent`); their
- * values must be JSON-serialisable.
- */
-export type HolderDataExtra = Readonly<Record<string, unknown>>;
-
-/**
  * Makes the data of each new lock node: HolderInfo as JSON, with the time of the call. Only the
  * time changes, so the rest is serialised once, and the whole once per millisecond: this runs on
  * every acquire, and many keys acquired at once share the millisecond. The buffer is shared by
  * the nodes made in that millisecond: it is never written to (the client copies it into the request).
- * An acquire's `extra` fields are appended after `createdAt` (that node's data is its own).
+ * An acquire's `extra` (its `traceparent`, a nested acquire's `holds`) is merged in, for that node alone.
  */
-export function holderDataWriter(identity: HolderIdentity): (extra?: HolderDataExtra) => Buffer {
+export function holderDataWriter(identity: HolderIdentity): (extra?: HolderExtra) => Buffer {
   host ??= hostname(); // a system call; the host does not change under a running process
   const fixed = JSON.stringify({ host, pid: process.pid, ...identity, createdAt: '' });
   const head = fixed.slice(0, -3); // up to `"createdAt":`, without `""}`
@@ -45,10 +47,8 @@ export function holderDataWriter(identity: HolderIdentity): (extra?: HolderDataE
   let data = Buffer.alloc(0);
   return (extra) => {
     const now = Date.now();
-    if (extra !== undefined) {
-      const more = JSON.stringify(extra);
-      if (more.length > 2) return Buffer.from(`${head}"${new Date(now).toISOString()}",${more.slice(1)}`);
-    }
+    const more = extra ? JSON.stringify(extra).slice(1, -1) : ''; // its fields, without the braces
+    if (more) return Buffer.from(`${head}"${new Date(now).toISOString()}",${more}}`);
     if (now !== at) {
       at = now;
       data = Buffer.from(`${head}"${new Date(now).toISOString()}"}`);

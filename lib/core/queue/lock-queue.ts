@@ -10,6 +10,7 @@ import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import type { WatchEventType, ZkSession } from '../client/session.js';
 import { sleep, type Clock, type ClockTimer } from '../clock.js';
 import type { AcquireTrace } from '../tracing.js';
+import type { HolderExtra } from '../operations/holder-data.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =
@@ -65,6 +66,27 @@ export interface QueueOptions extends AcquireOptions {
   onCancellable?: (cancel: () => void) => void;
   /** The acquire's span while tracing: its context goes into our node's data, its links to the nodes we wait behind. */
   trace?: AcquireTrace;
+  /** The caller's call chain holds other locks: its node says which, and its wait looks for cycles. */
+  nested?: NestedWait;
+}
+
+/** A wait whose call chain holds other locks, while it waits: what deadlock detection starts from. */
+export interface HoldingWait {
+  readonly session: ZkSession;
+  /** Our waiting node (its parent is the lock waited for). */
+  readonly node: string;
+  /** The lock paths the call chain holds. */
+  readonly holds: readonly string[];
+}
+
+/** A wait whose call chain holds other locks (see deadlocks.ts). */
+export interface NestedWait {
+  /** The lock paths the chain still holds, written into each node made (as `holds`). */
+  holds(): readonly string[];
+  /** Calls `changed` when a lease behind `holds` ends (the node's `holds` is then wrong); returns what stops that. */
+  onHoldsChanged(changed: () => void): () => void;
+  /** Looks for a cycle of waits through our node: resolves with the error that ends the wait, if any. */
+  check(wait: HoldingWait): Promise<Error | undefined>;
 }
 
 /** A node that holds its place at the head of a queue. */
@@ -109,6 +131,13 @@ class QueueWaiter {
   private readonly pinned: ZkSession | undefined;
   private contended = false;
   private readonly trace: AcquireTrace | undefined;
+  private readonly nested: NestedWait | undefined;
+  /** A lease behind our node's `holds` ended since the node was made. */
+  private holdsChanged = false;
+  /** Our current node and what its data says we hold. */
+  private node: { path: string; holds: readonly string[] } | undefined;
+  /** The node whose wait was searched for a cycle (once per node: the wait that closes a cycle is made last). */
+  private checkedNode: string | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -119,6 +148,8 @@ class QueueWaiter {
     this.pinned = options.session;
     this.barge = options.fair === false;
     this.trace = options.trace;
+    // A try-once never waits, and a barging waiter keeps no node while it does: neither is seen in a cycle.
+    this.nested = this.tryOnce || this.barge ? undefined : options.nested;
     this.cancellation = new Cancellation(engine, options, () => {
       this.wake?.();
       for (const cancel of [...this.cancelHooks]) cancel();
@@ -127,6 +158,10 @@ class QueueWaiter {
   }
 
   async run(): Promise<QueueEntry> {
+    const stopWatchingHolds = this.nested?.onHoldsChanged(() => {
+      this.holdsChanged = true;
+      this.wake?.();
+    });
     try {
       for (;;) {
         const session = await this.connectedSession();
@@ -143,6 +178,7 @@ class QueueWaiter {
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
     } finally {
+      stopWatchingHolds?.();
       this.stopOwnWatch();
       this.cancellation.dispose();
     }
@@ -169,11 +205,13 @@ class QueueWaiter {
     const { shortcut } = this.engine.ops;
     // Where our node was alone when we last released it, its number may prove it alone again.
     const expected = fixedSuffix === undefined ? shortcut.expect(session, parentPath) : undefined;
+    this.holdsChanged = false;
+    const holds = this.nested?.holds() ?? [];
     const created = this.engine.ops.createProtected(session, {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
-      data: this.spec.data?.() ?? this.engine.nodeData(this.trace?.nodeData),
+      data: this.spec.data?.() ?? this.engine.nodeData(nodeExtra(this.trace?.nodeData, holds)),
       sequential: fixedSuffix === undefined,
       list: expected === undefined || expected.list,
     });
@@ -183,6 +221,7 @@ class QueueWaiter {
       const first = await this.untilCancelled(created);
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
+      this.node = { path, holds };
       const name = path.slice(parentPath.length + 1);
       if (expected && !listing && !expected.release.deleted) await this.untilCancelled(expected.release.settled);
       const proven = expected && shortcut.confirm(expected, name, sequenceOf(name));
@@ -219,7 +258,9 @@ class QueueWaiter {
           await this.untilCancelled(sleep(clock, clock.random() * Math.min(2 ** this.losses, 64)));
           return undefined;
         }
-        const next = await this.waitFor(session, path, verdict);
+        const next = await this.waitHolding(session, path, verdict);
+        // What our node says we hold is no longer so (a lease ended): make it again with what is.
+        if (this.holdsChanged && holds.length > 0 && next !== 'holds' && next !== 'gone') return this.abandon(session, path);
         if (next === 'holds') return this.held(session, path, name, listing);
         if (next === 'gone') return this.abandon(session, path);
         listing = next === 'relist' ? undefined : next;
@@ -229,6 +270,36 @@ class QueueWaiter {
       this.cleanup = path ? this.engine.ops.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
       this.engine.background(this.cleanup);
       throw error;
+    }
+  }
+
+  /** waitFor, searching once for a cycle of waits through our node when its call chain holds other locks. */
+  private async waitHolding(
+    session: ZkSession,
+    path: string,
+    verdict: Extract<Verdict, { holds: false }>,
+  ): Promise<'holds' | 'relist' | 'gone' | Listing> {
+    const holds = this.node?.path === path ? this.node.holds : [];
+    if (!this.nested || holds.length === 0) return this.waitFor(session, path, verdict);
+    if (this.holdsChanged) return 'relist'; // a lease ended before we slept: the node is made again
+    const wait: HoldingWait = { session, node: path, holds };
+    this.engine.holdingWaits.add(wait);
+    if (this.checkedNode !== path) {
+      this.checkedNode = path;
+      this.nested.check(wait).then(
+        (error) => {
+          // Only ever ends the wait of the node it looked at, as any give-up does: never grants.
+          if (error && this.node?.path === path) this.cancellation.settle({ reason: 'deadlock', error });
+        },
+        () => {
+          if (this.checkedNode === path) this.checkedNode = undefined; // look again after the next wake
+        },
+      );
+    }
+    try {
+      return await this.waitFor(session, path, verdict);
+    } finally {
+      this.engine.holdingWaits.delete(wait);
     }
   }
 
@@ -387,4 +458,10 @@ async function settleWithin(clock: Clock, work: Promise<unknown>, ms: number): P
   let timer: ClockTimer | undefined;
   await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = clock.setTimeout(resolve, ms)))]);
   clock.clearTimeout(timer);
+}
+
+/** What our node's data adds for this acquire: its trace context, the locks its chain holds (none: undefined, the shared buffer). */
+function nodeExtra(trace: HolderExtra | undefined, holds: readonly string[]): HolderExtra | undefined {
+  if (holds.length === 0) return trace;
+  return { ...trace, holds: [...holds] };
 }

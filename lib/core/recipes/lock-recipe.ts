@@ -6,12 +6,23 @@ import { publish } from '../diagnostics.js';
 import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
 import { notAcquiredError } from '../queue/cancellation.js';
 import type { LockEngine } from '../lock-engine.js';
-import { heldByChain, runInLockContext } from '../leases/lock-context.js';
+import { heldByChain, leasesHeldByChain, runInLockContext } from '../leases/lock-context.js';
 import { HeldLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup } from '../leases/multi-lease.js';
 import { startAcquireTrace, tracingUsed, type AcquireTrace, type HoldTrace } from '../tracing.js';
 import type { Revocable } from './revocation.js';
 import type { Clock } from '../clock.js';
+
+/**
+ * @internal What an acquire brings to a recipe's acquireNew besides the caller's options: its span
+ * while tracing (for the queue, see QueueOptions.trace), and the other locks of this engine the
+ * caller's call chain holds (none for a try-once, which never waits): a nested acquire, whose
+ * wait may close a cycle of waits (see deadlocks.ts).
+ */
+export interface AcquireCall {
+  trace: AcquireTrace | undefined;
+  held: readonly Lease[];
+}
 
 /** @internal What a recipe passes to another's acquire besides the caller's options. */
 export interface InternalAcquireOptions extends AcquireOptions {
@@ -65,8 +76,8 @@ export abstract class LockRecipe implements Lockable {
     return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent };
   }
 
-  /** `trace`: the acquire's span while tracing, for the queue (see QueueOptions.trace). */
-  protected abstract acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease>;
+  /** Takes a fresh hold (see AcquireCall). */
+  protected abstract acquireNew(options: AcquireOptions, call: AcquireCall): Promise<Lease>;
 
   /** @internal The key under which a call chain's hold on this lock is recorded (per connection). */
   get contextKey(): string {
@@ -93,9 +104,10 @@ export abstract class LockRecipe implements Lockable {
     if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
     // An internal lock has no span of its own: it queues under the one of the acquire it is part of.
     const span = this.silent ? undefined : startAcquireTrace(this);
+    const held = this.silent || options.waitMs === 0 ? [] : leasesHeldByChain(`${this.engine.id}:`);
     let lease: Lease;
     try {
-      lease = await this.acquireNew(options, span ?? (options as InternalAcquireOptions).trace);
+      lease = await this.acquireNew(options, { trace: span ?? (options as InternalAcquireOptions).trace, held });
       // A grant can reach us after a stall past the session's deadline, before the deadline timer
       // ran (a reply read first): isHeld checks the clock (and declares the session lost if it is
       // past). Never hand out a lease that another client may already hold; give it back so that

@@ -68,7 +68,9 @@ export class MultiLock implements Lockable {
       try {
         for (const member of this.members) {
           const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, Math.ceil(deadline - clock.now()));
-          const lease = await member.acquire({ waitMs, signal: options.signal });
+          // The members taken so far count as held by the call chain while it waits for the next
+          // (its node says so: a multi-lock in progress is seen in a cycle of waits).
+          const lease = await this.holding(leases, () => member.acquire({ waitMs, signal: options.signal }));
           leases.push(lease);
           // Listen for loss while the later members are awaited (a lease notices its node's
           // deletion only once its signal is armed); a member lost meanwhile is checked below.
@@ -99,6 +101,11 @@ export class MultiLock implements Lockable {
 
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T> {
     return runWithLock(this, fn, options);
+  }
+
+  /** Runs `fn` with `leases` (of the first members) recorded as held by the call chain. */
+  private holding<T>(leases: readonly Lease[], fn: () => T): T {
+    return leases.reduceRight<() => T>((inner, lease, i) => () => this.members[i]!.runHolding(lease, inner), fn)();
   }
 
   /**

@@ -4,11 +4,11 @@ import { LocalQueue } from './mutex-coalescing.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec, type Verdict } from '../queue/lock-queue.js';
-import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe, type AcquireCall } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import { MUTEX_NODE } from './node-names.js';
-import type { AcquireTrace } from '../tracing.js';
+import { nestedWait } from '../deadlocks.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */
@@ -125,18 +125,21 @@ export class Mutex extends LockRecipe {
     }
   }
 
-  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
     const { releaseInBackground } = this;
     const leaseOptions = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground };
     const maxLocalHandoffs = this.maxLocalHandoffs;
-    if (maxLocalHandoffs !== undefined) {
+    // A caller holding other locks queues a node of its own, which says what it holds: waiting
+    // in memory behind the process's node, its wait would be seen by no one (docs/deadlocks.md).
+    const nested = this.fair ? nestedWait(this.engine, this.name, held) : undefined;
+    if (maxLocalHandoffs !== undefined && !nested) {
       // Mutexes of one path with the same settings share one in-process queue.
       const { fair, retainMs } = this;
       const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${releaseInBackground}:${this.path}`;
       const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs, releaseInBackground }, unregister));
       return queue.acquire(this.name, options, leaseOptions, trace);
     }
-    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace });
+    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace, nested });
     return new NodeLease(this.engine, this.name, entry, leaseOptions);
   }
 }

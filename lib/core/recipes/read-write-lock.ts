@@ -4,12 +4,13 @@ import type { LockEngine } from '../lock-engine.js';
 import { heldByChain } from '../leases/lock-context.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
-import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe, type AcquireCall } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import type { ZkSession } from '../client/session.js';
 import { READ_NODE, READ_WRITE_MARKERS, WRITE_NODE } from './node-names.js';
-import type { AcquireTrace } from '../tracing.js';
+import { nestedWait } from '../deadlocks.js';
+import { parentOf } from '../paths.js';
 
 /** What both halves' leases get: the max hold time and how they hear revocation. */
 interface HeldOptions {
@@ -73,14 +74,14 @@ export class WriteLock extends LockRecipe {
     return held?.isHeld ? held : undefined;
   }
 
-  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
     if (heldByChain(this.keyFor('read'))?.isHeld) {
       throw new LockUsageError(
         `Lock ${JSON.stringify(this.name)}: this call chain holds the read lock and asked for the write lock; ` +
           'upgrading would deadlock (release the read lock first)',
       );
     }
-    const entry = await acquireInQueue(this.engine, this.spec, trace ? { ...options, trace } : options);
+    const entry = await acquireInQueue(this.engine, this.spec, { ...options, trace, nested: nestedWait(this.engine, this.name, held) });
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 }
@@ -98,10 +99,12 @@ export class ReadLock extends LockRecipe {
     super(engine, name, path, true);
   }
 
-  protected async acquireNew(options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
     const writeLease = this.writeLock.heldLease();
     const spec: QueueSpec = writeLease ? this.downgradeSpec(writeLease) : this.spec(() => undefined);
-    const entry = await acquireInQueue(this.engine, spec, trace ? { ...options, trace } : options);
+    // A downgrade does not wait for its own writer: that hold is no part of a cycle.
+    const nested = nestedWait(this.engine, this.name, held.filter((lease) => parentOf(lease.path) !== this.path));
+    const entry = await acquireInQueue(this.engine, spec, { ...options, trace, nested });
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 

@@ -6,7 +6,7 @@ import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import { notAcquiredError, TRY_ONCE_BOUND_MS } from '../queue/cancellation.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, SessionEndedError, type QueueSpec } from '../queue/lock-queue.js';
-import { LockRecipe, type InternalAcquireOptions } from './lock-recipe.js';
+import { LockRecipe, type AcquireCall, type InternalAcquireOptions } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { Mutex } from './mutex.js';
@@ -80,7 +80,7 @@ export class Semaphore extends LockRecipe {
     return super.acquire(options);
   }
 
-  protected async acquireNew(options: SemaphoreAcquireOptions, trace: AcquireTrace | undefined): Promise<Lease> {
+  protected async acquireNew(options: SemaphoreAcquireOptions, { trace }: AcquireCall): Promise<Lease> {
     const count = positiveInteger(options.permits, 'permits', 1, 1, this.permits);
     const deadline = options.waitMs === undefined ? undefined : this.clock.now() + options.waitMs;
     for (;;) {

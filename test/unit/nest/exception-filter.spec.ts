@@ -2,6 +2,7 @@ import type { ArgumentsHost } from '@nestjs/common';
 import { firstValueFrom, isObservable } from 'rxjs';
 import {
   ConnectionClosedError,
+  DeadlockError,
   InvalidLockNameError,
   InvalidOptionError,
   LockLostError,
@@ -23,6 +24,16 @@ function hostOf(type: string, client?: object): ArgumentsHost {
 }
 const busy = new LockNotAcquiredError('seat:7', 'timeout');
 const unavailable = new LockNotAcquiredError('seat:7', 'connection');
+const member = (lock: string, waitsFor: string, pid: number) => ({
+  lock,
+  holdingNode: `${lock}/_c_1-lock-0000000000`,
+  holder: { host: 'h', pid },
+  sessionId: '1',
+  waitsFor,
+  waitingNode: `${waitsFor}/_c_2-lock-0000000001`,
+  waitingSince: new Date(0),
+});
+const deadlock = new DeadlockError('event:1', { members: [member('/locks/event:2', '/locks/event:1', 1), member('/locks/event:1', '/locks/event:2', 2)] });
 const basePath = '/secret-base';
 function refusedName(name: string): InvalidLockNameError {
   try {
@@ -38,6 +49,7 @@ describe('answerFor: the answer for each of the library errors', () => {
   it.each([
     ['a wait that ran out (contention)', busy, { statusCode: 409, error: 'Conflict', message: 'The resource is busy; retry later', reason: 'lock-timeout', retryAfterSeconds: 1 }],
     ['a wait cut short', new LockNotAcquiredError('seat:7', 'aborted'), { statusCode: 409, error: 'Conflict', message: 'The resource is busy; retry later', reason: 'lock-wait-aborted', retryAfterSeconds: 1 }],
+    ['a wait that ended in a deadlock', deadlock, { statusCode: 409, error: 'Conflict', message: 'The request waited for a lock in a deadlock with another request; retry later', reason: 'deadlock', retryAfterSeconds: 1 }],
     ['a wait that ended with ZooKeeper away', unavailable, zkAway],
     ['the connection closed (shutdown)', new ConnectionClosedError('the lock module is shutting down'), zkAway],
     ['no session at connect', new ZkConnectError('zk:2181', 'unreachable', 'no server answered'), zkAway],
