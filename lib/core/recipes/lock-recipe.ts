@@ -14,7 +14,7 @@ import type { Revocable } from './revocation.js';
 import type { Clock } from '../clock.js';
 
 /**
- * @internal What an acquire brings to a recipe's acquireNew besides the caller's options: its span
+ * What an acquire brings to a recipe's acquireNew besides the caller's options: its span
  * while tracing (for the queue, see QueueOptions.trace), and the other locks of this engine the
  * caller's call chain holds (none for a try-once, which never waits): a nested acquire, whose
  * wait may close a cycle of waits (see deadlocks.ts).
