@@ -64,6 +64,13 @@ export const DEFECTS = [
     replace: "    this.confirming = undefined;\n    this.setState('connected');\n    this.emit('reconnected', session.id);\n  }",
   },
   {
+    id: 'connected-link-down',
+    what: "a new session said connected although its link dropped while its deadline was being freshened",
+    file: 'lib/core/connection/zk-connection.ts',
+    find: 'if (!session.isConnectedNatively) return this.prepareAgain(session, isCurrent);',
+    replace: '',
+  },
+  {
     id: 'grant-without-isheld',
     what: 'a grant handed out without checking the deadline on the clock (synthetic)',
     file: 'lib/core/recipes/lock-recipe.ts',

@@ -374,7 +374,7 @@ function armFaults(world, model, clock, clients, log, history) {
     for (const pipe of pipes(f, direction)) pipe.cut = true;
     log(`fault: follower ${f.id} cut ${direction} the leader for ${ms} ms`);
     clock.after(ms, () => {
-      for (const pipe of pipes(f, direction)) pipe.cut = false;
+      for (const pipe of pipes(f, direction)) pipe.heal();
     });
   };
   for (const fault of world.faults) {

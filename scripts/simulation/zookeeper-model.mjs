@@ -17,7 +17,8 @@
 //   session timeouts;
 // - each server has its own copy of the tree (zookeeper-data.mjs): the leader prepares writes
 //   and sends each transaction to its followers, which apply it (and fire their watches) when it
-//   arrives, so a lagging or cut-off follower answers reads from an older tree; a follower that
+//   arrives, so a lagging or cut-off follower answers reads from an older tree (a cut holds what
+//   is sent until it heals, as TCP does; a connection that closes loses it); a follower that
 //   rejoins takes the leader's tree; a server refuses a client that saw a newer zxid than it has.
 import { Link, Path } from './network.mjs';
 import { AUTH_XID, Err, NOTIFICATION_XID, Op, PING_XID, Reader, SET_WATCHES_XID, Writer } from './wire.mjs';
@@ -243,11 +244,20 @@ export class ZooKeeperModel {
   }
 }
 
-/** One direction between a follower and the leader: in order, `lagMs` late; a cut drops what is sent. */
+/**
+ * One direction of a follower's TCP connection to the leader: in order, `lagMs` late. A cut holds
+ * what is sent (TCP sends it again) until it heals, then it arrives in order; only a connection
+ * that closes (either side gives up on the other, a restart, a new leader) loses what is under way,
+ * and the follower then syncs its tree from the leader's as it joins again.
+ */
 export class PeerPipe {
   static DEFAULT_LAG_MS = 1;
   lagMs = PeerPipe.DEFAULT_LAG_MS;
   cut = false;
+  /** @private @type {(() => void)[]} */
+  held = [];
+  /** @private Bumped when the connection closes: what was sent on an earlier one never arrives. */
+  connection = 0;
   /** @private */
   lastArrival = 0;
   /** @param {import('./virtual-clock.mjs').VirtualClock} clock */
@@ -256,9 +266,25 @@ export class PeerPipe {
   }
   /** @param {() => void} deliver */
   send(deliver) {
-    if (this.cut) return;
+    const connection = this.connection;
+    const arrive = () => connection === this.connection && deliver();
+    if (this.cut) this.held.push(arrive);
+    else this.schedule(arrive);
+  }
+  heal() {
+    this.cut = false;
+    const held = this.held;
+    this.held = [];
+    for (const arrive of held) this.schedule(arrive);
+  }
+  close() {
+    this.connection++;
+    this.held = [];
+  }
+  /** @private @param {() => void} arrive */
+  schedule(arrive) {
     this.lastArrival = Math.max(this.clock.now + this.lagMs, this.lastArrival);
-    this.clock.at(this.lastArrival, deliver);
+    this.clock.at(this.lastArrival, arrive);
   }
 }
 
@@ -340,6 +366,7 @@ class Server {
   /** Joins the leader (a follower that was looking, or restarted). */
   follow() {
     if (this.serving) this.stopServing();
+    this.closePeerConnection();
     this.role = 'looking';
     const join = () => {
       if (this.role !== 'looking' || !this.model.leader) return;
@@ -387,6 +414,7 @@ class Server {
       for (const [follower, heard] of this.followers) {
         if (now - heard > limit) {
           this.followers.delete(follower);
+          follower.closePeerConnection();
           this.model.config.trace(`leader ${this.id} drops follower ${follower.id}`);
         }
       }
@@ -403,10 +431,17 @@ class Server {
     this.touches.clear();
   }
 
+  /** The TCP connection to the leader closes: what is under way on it is lost. */
+  closePeerConnection() {
+    this.toLeader.close();
+    this.fromLeader.close();
+  }
+
   /** Killed (`restartAfterMs` later it comes back, with `limits` if given). @param {number} downMs @param {{ min: number, max: number }} [limits] */
   restart(downMs, limits) {
     const wasLeader = this.role === 'leader';
     this.role = 'down';
+    this.closePeerConnection();
     for (const connection of this.connections) connection.link.reset();
     this.connections.clear();
     this.watches = new Watches();

@@ -1,0 +1,57 @@
+// The model of ZooKeeper the session simulation runs against (scripts/simulation/): what it lets a
+// follower see must be what a real ensemble can show, or the simulation reports overlaps that no
+// ensemble can produce (or hides ones it can).
+import { VirtualClock } from '../../scripts/simulation/virtual-clock.mjs';
+import { ZooKeeperModel } from '../../scripts/simulation/zookeeper-model.mjs';
+
+const TICK_MS = 50;
+const SYNC_LIMIT = 5;
+
+function ensemble() {
+  const clock = new VirtualClock(() => 0.5);
+  const model = new ZooKeeperModel(clock, { servers: 3, tickMs: TICK_MS, syncLimit: SYNC_LIMIT, minTimeoutMs: 100, maxTimeoutMs: 1000, trace: () => undefined });
+  const runUntil = (time: number) => {
+    for (let event = clock.next(time); event; event = clock.next(time)) event.run();
+    clock.now = time;
+  };
+  const leader = model.leader!;
+  const follower = model.servers.find((s) => s !== leader)!;
+  const create = (path: string) => {
+    const prepared = leader.tree.prepare({ op: 'create', path, data: Buffer.alloc(0), flags: 0 }, 0n);
+    if (!('txn' in prepared)) throw new Error(`create ${path}: ${prepared.err}`);
+    model.commit(leader, prepared.txn);
+  };
+  return { model, leader, follower, runUntil, create };
+}
+
+describe('ZooKeeper model (simulation)', () => {
+  it('a follower cut off from the leader for less than syncLimit gets what was committed meanwhile once the cut heals', () => {
+    const { follower, runUntil, create } = ensemble();
+    runUntil(200);
+    expect(follower.role).toBe('follower');
+    follower.toLeader.cut = true;
+    follower.fromLeader.cut = true;
+    create('/during-the-cut');
+    runUntil(300);
+    expect(follower.tree.nodes.has('/during-the-cut')).toBe(false); // a cut-off follower reads the past
+    follower.toLeader.heal();
+    follower.fromLeader.heal();
+    runUntil(400); // healed after 100 ms, under syncLimit × tick (250 ms): the connection stayed up
+    expect(follower.role).toBe('follower');
+    expect(follower.tree.nodes.has('/during-the-cut')).toBe(true);
+  });
+
+  it('a follower whose connection to the leader closed during a cut syncs the whole tree as it joins again', () => {
+    const { follower, runUntil, create } = ensemble();
+    runUntil(200);
+    follower.toLeader.cut = true;
+    follower.fromLeader.cut = true;
+    create('/during-the-cut');
+    runUntil(200 + 3 * SYNC_LIMIT * TICK_MS); // both sides gave up on the other
+    follower.toLeader.heal();
+    follower.fromLeader.heal();
+    runUntil(2000);
+    expect(follower.role).toBe('follower');
+    expect(follower.tree.nodes.has('/during-the-cut')).toBe(true);
+  });
+});
