@@ -178,7 +178,12 @@ export class WireZkSession implements ZkSession {
       this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
     }
     const multi: MultiCall = (ops, cb) => this.sendMulti(ops, cb);
-    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined), this.clock);
+    this.batcher = new WriteBatcher(
+      multi,
+      () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined),
+      this.clock,
+      () => this.framesQueued > 0,
+    );
     this.timer = this.clock.setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
     void this.connectNext();
   }
