@@ -135,6 +135,8 @@ export class WriteBatcher {
   }
 
   private sendInOrder(queue: QueuedRequest[]): void {
+    // The common case, a write alone (an uncontended acquire's create, a release's delete): as itself.
+    if (queue.length === 1 && queue[0]!.write) return this.sendBatch(queue);
     let writes: QueuedRequest[] = [];
     let bytes = 0;
     /**

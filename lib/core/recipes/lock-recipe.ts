@@ -49,6 +49,7 @@ export abstract class LockRecipe implements Lockable {
     return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent };
   }
 
+  /** Called inside acquireLease's try: a synchronous throw counts as a rejection. */
   protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
 
   /** The key under which a call chain's hold on this lock is recorded (per connection). */

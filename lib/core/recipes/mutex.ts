@@ -5,7 +5,7 @@ import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec, type Verdict } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
-import { NodeLease, type Lease } from '../leases/lease.js';
+import { NodeLease, type Lease, type LeaseOptions } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import { MUTEX_NODE } from './node-names.js';
 
@@ -103,6 +103,8 @@ export class Mutex extends LockRecipe {
   private readonly revocable: Revocable | undefined;
   private readonly retainMs: number;
   private readonly releaseInBackground: boolean;
+  /** The in-process queue's key: mutexes of one path with the same settings share one queue. */
+  private readonly localQueueKey: string;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
     options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce', 'releaseInBackground']);
@@ -122,20 +124,24 @@ export class Mutex extends LockRecipe {
     if (this.retainMs > 0 && (!coalesce || maxLocalHandoffs === 0)) {
       throw new InvalidOptionError('retainMs', 'keeps a node for the next local holder: it needs coalescing (coalesce, maxLocalHandoffs > 0, not revocable)');
     }
+    this.localQueueKey = `mutex:${this.fair}:${this.maxLocalHandoffs}:${this.retainMs}:${this.releaseInBackground}:${this.path}`;
+    // Read, never written, by the leases (made once, not per acquire).
+    this.leaseOptionsOfNew = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground: this.releaseInBackground };
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    const { releaseInBackground } = this;
-    const leaseOptions = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground };
-    const maxLocalHandoffs = this.maxLocalHandoffs;
-    if (maxLocalHandoffs !== undefined) {
-      // Mutexes of one path with the same settings share one in-process queue.
-      const { fair, retainMs } = this;
-      const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${releaseInBackground}:${this.path}`;
-      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs, releaseInBackground }, unregister));
-      return queue.acquire(this.name, options, leaseOptions);
+  private readonly leaseOptionsOfNew: LeaseOptions;
+
+  private readonly makeLocalQueue = (unregister: () => void): LocalQueue => {
+    const { fair, retainMs, releaseInBackground } = this;
+    return new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs: this.maxLocalHandoffs!, retainMs, releaseInBackground }, unregister);
+  };
+
+  /** Not async: the queue's promise itself, without another turn of the microtask queue (see LockRecipe.acquireLease). */
+  protected acquireNew(options: AcquireOptions): Promise<Lease> {
+    const leaseOptions = this.leaseOptionsOfNew;
+    if (this.maxLocalHandoffs !== undefined) {
+      return this.engine.localQueue(this.localQueueKey, this.makeLocalQueue).acquire(this.name, options, leaseOptions);
     }
-    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair });
-    return new NodeLease(this.engine, this.name, entry, leaseOptions);
+    return acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair }).then((entry) => new NodeLease(this.engine, this.name, entry, leaseOptions));
   }
 }
