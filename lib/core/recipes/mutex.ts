@@ -78,6 +78,18 @@ export function exclusiveVerdict(sorted: readonly string[], index: number): Verd
   return { holds: false, watch: sorted[index - 2]!, holdsWhenGone: false };
 }
 
+/** One string per combination of settings, shared by the keys of every lock with them. */
+const settingsPrefixes = new Map<string, string>();
+function settingsPrefix(made: string): string {
+  const shared = settingsPrefixes.get(made);
+  if (shared !== undefined) return shared;
+  if (settingsPrefixes.size < 256) settingsPrefixes.set(made, made); // past that (settings drawn at random), not shared
+  return made;
+}
+
+/** Shared by every mutex's queue spec (one array, not one per lock held). */
+const MUTEX_MARKERS: readonly string[] = [MUTEX_NODE];
+
 /** The mutex predicate: the lowest node holds (see exclusiveVerdict). */
 export function mutexSpec(lockName: string, parentPath: string, silent = false): QueueSpec {
   return {
@@ -87,7 +99,7 @@ export function mutexSpec(lockName: string, parentPath: string, silent = false):
     silent,
     parentPath,
     nodeName: MUTEX_NODE,
-    sortMarkers: [MUTEX_NODE],
+    sortMarkers: MUTEX_MARKERS,
     evaluate: exclusiveVerdict,
   };
 }
@@ -124,9 +136,11 @@ export class Mutex extends LockRecipe {
     if (this.retainMs > 0 && (!coalesce || maxLocalHandoffs === 0)) {
       throw new InvalidOptionError('retainMs', 'keeps a node for the next local holder: it needs coalescing (coalesce, maxLocalHandoffs > 0, not revocable)');
     }
-    this.localQueueKey = `mutex:${this.fair}:${this.maxLocalHandoffs}:${this.retainMs}:${this.releaseInBackground}:${this.path}`;
+    // Kept as a key of the engine's map while the lock is busy: one concatenation onto the path,
+    // not a chain of six (a template literal's parts stay linked, about 160 bytes per held lock).
+    this.localQueueKey = settingsPrefix(`mutex:${this.fair}:${this.maxLocalHandoffs}:${this.retainMs}:${this.releaseInBackground}:`) + this.path;
     // Read, never written, by the leases (made once, not per acquire).
-    this.leaseOptionsOfNew = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground: this.releaseInBackground };
+    this.leaseOptionsOfNew = this.leaseOptions(this.leaseMs, this.revocable, this.releaseInBackground);
   }
 
   private readonly leaseOptionsOfNew: LeaseOptions;

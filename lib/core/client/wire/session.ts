@@ -189,8 +189,12 @@ export class WireZkSession implements ZkSession {
   }
 
   get id(): string {
-    return hex64(this.sessionId);
+    // Asked on every acquire (each lease keeps it): one string per session id, not one per call.
+    if (this.idText?.[0] !== this.sessionId) this.idText = [this.sessionId, hex64(this.sessionId)];
+    return this.idText[1];
   }
+
+  private idText: [bigint, string] | undefined;
 
   get password(): string {
     return this.sessionPassword.toString('hex').toUpperCase();
