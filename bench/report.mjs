@@ -413,7 +413,7 @@ export function report(results) {
     atLeast('#36 W3 4 processes × 4 callers ÷ redis-semaphore', 'typescript', w3.opsPerSec / W['W3/redis'].opsPerSec, 1.1, `${ops(w3)} vs ${ops(W['W3/redis'])} acquisitions/s (redis fairness ${fmt.n(W['W3/redis'].fairness, 2)})`);
   }
   if (w3?.fairness !== undefined) {
-    targets.push({ name: '#36 W3 fairness (fewest ÷ most acquisitions of one caller)', client: 'typescript', value: fmt.n(w3.fairness, 3), target: '≥ 0.99', met: w3.fairness >= 0.99, detail: `median of ${w3.rounds.length} rounds` });
+    targets.push({ name: '#36 W3 fairness (fewest ÷ most acquisitions of one caller)', client: 'typescript', value: fmt.n(w3.fairness, 4), target: '≥ 0.99', met: w3.fairness >= 0.99, detail: `median of ${w3.rounds.length} rounds` });
   }
   for (const [client, scale] of Object.entries(results.scale ?? {})) {
     const { locks, raw } = /** @type {any} */ (scale);
