@@ -195,11 +195,41 @@ const unlessExists = (error) => (error?.codeName === 'NODEEXISTS' ? undefined : 
 /** The `ours-retain` peer's retainMs: longer than any pause between two cycles of one worker. */
 const RETAIN_MS = 1000;
 
+/**
+ * The `ours-traced` peer: `ours` with the OpenTelemetry SDK registered (NodeTracerProvider, a
+ * BatchSpanProcessor, an exporter that counts the spans and drops them: the library's cost and the
+ * SDK's, not an exporter's I/O), for its rounds only. Every other peer runs with no tracer provider
+ * (tracing off: the API is installed here, as a devDependency).
+ * @type {{ provider: any, api: any, exporter: { spans: number } } | undefined}
+ */
+let tracing;
+async function withTracing(run) {
+  if (!tracing) {
+    const [api, { NodeTracerProvider }, { BatchSpanProcessor }] = await Promise.all([
+      import('@opentelemetry/api'),
+      import('@opentelemetry/sdk-trace-node'),
+      import('@opentelemetry/sdk-trace-base'),
+    ]);
+    const exporter = { spans: 0, export(spans, done) { this.spans += spans.length; done({ code: 0 }); }, shutdown: async () => {} };
+    tracing = { api, exporter, provider: new NodeTracerProvider({ spanProcessors: [new BatchSpanProcessor(exporter)] }) };
+  }
+  tracing.provider.register();
+  try {
+    return await run();
+  } finally {
+    await tracing.provider.forceFlush();
+    tracing.api.trace.disable();
+    tracing.api.context.disable();
+    tracing.api.propagation.disable();
+  }
+}
+
 async function makePeer(peer, path, on = { connection, engine }) {
   const session = on.connection.session;
   if (!session) throw new Error('not connected');
   switch (peer) {
     case 'ours':
+    case 'ours-traced':
     case 'ours-fifo':
     case 'ours-retain':
     case 'ours-bg':
@@ -923,7 +953,7 @@ const handlers = {
   ...election,
   ...keyCommands({ engine, ensurePath }),
   ...bigQueueCommands({ openConnection, ensurePath }),
-  run: timedRun,
+  run: (message) => (message.peer.endsWith('-traced') ? withTracing(() => timedRun(message)) : timedRun(message)),
   warmKeys,
   queue: queueRun,
   notifyFloor,

@@ -19,6 +19,7 @@ export const PEER_LABEL = {
   raw: 'raw create+delete (serial)',
   exists: 'raw exists round trip',
   ours: 'nestjs-zk-lock Mutex',
+  'ours-traced': 'nestjs-zk-lock Mutex, traced (OpenTelemetry SDK registered)',
   'ours-fifo': 'nestjs-zk-lock Mutex, coalesce: false',
   'ours-retain': 'nestjs-zk-lock Mutex, retainMs: 1000',
   'ours-bg': 'nestjs-zk-lock Mutex, releaseInBackground',
@@ -104,6 +105,19 @@ function reportRatios(results) {
         'n/a',
       ]);
     }
+  }
+  for (const workload of ['W1', 'W2']) {
+    const traced = results.timed?.[`${workload}/ours-traced`];
+    const off = results.timed?.[`${workload}/ours`];
+    if (!traced || !off) continue;
+    const figures = (/** @type {any} */ a) => `${fmt.ops(a.opsPerSec)} (p50 ${fmt.ms(a.p50)} ms, ${fmt.n(a.zkRequestsPerOp, 2)} req/op, ${fmt.n(a.clientCpuUsPerOp, 0)} µs CPU/op)`;
+    rows.push([
+      `${workload === 'W1' ? 'W1 (1 worker)' : 'W2 (8 workers, 1 process)'} traced: OpenTelemetry SDK registered, batch processor, cycles/s`,
+      figures(traced),
+      `tracing off (no tracer provider): ${figures(off)}`,
+      fmt.ratio(traced.opsPerSec / off.opsPerSec),
+      traced.check,
+    ]);
   }
   const authed = results.timed?.['W1/ours-auth'];
   if (plain && authed) {
@@ -223,7 +237,7 @@ export function report(results) {
     W5x4: 'W5 10 000 keys, 4 processes × 16',
   };
   for (const workload of ['W1', 'W2', 'W3', 'W5', 'W5x4']) {
-    const peers = ['raw', 'raw-keys', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis'];
+    const peers = ['raw', 'raw-keys', 'exists', 'ours', 'ours-traced', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'ours-fifo', 'herd', 'curator', 'redis'];
     for (const peer of peers.flatMap((p) => [p, `${p}@addon`])) {
       const a = W[`${workload}/${peer}`];
       if (!a) continue;

@@ -39,6 +39,9 @@
 //       create+delete with 64 outstanding; for context the same three requests a lock of this layout
 //       makes (create + listing, delete) without the library; exclusion checked per key
 //   W1 also with retainMs (the node kept for the next local holder)
+//   W1 and W2 also traced (`ours-traced`: the OpenTelemetry SDK registered in the agent for those
+//       rounds, a batch processor and an exporter that drops the spans; every other peer runs with
+//       no tracer provider): the cost of tracing, on against off (issue #37)
 //   leader  leadership handover: 4 participants (one process each) in one election; the leader's
 //       close() (or stepDown()) → the successor's `gained`, p50/p99 (election.mjs)
 //   auth  W1 with digest auth and SECURE_PARENT_ACL (as ZkLockModule sets up `auth`) vs without

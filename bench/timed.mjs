@@ -39,7 +39,7 @@ export function javaAgent(name, javaArgs) {
 // ---------------------------------------------------------------------------------------------
 // One timed round of a peer
 
-export const ZK_PEERS = new Set(['ours', 'ours-fifo', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'herd', 'raw', 'raw-keys', 'exists', 'curator']);
+export const ZK_PEERS = new Set(['ours', 'ours-traced', 'ours-fifo', 'ours-bg', 'ours-retain', 'ours-auth', 'ours-keys', 'herd', 'raw', 'raw-keys', 'exists', 'curator']);
 
 /** Slots of a shared counter file: one per W5 key (8 bytes each). */
 const COUNTER_SLOTS = 10_000;

@@ -66,7 +66,7 @@ export async function runAlternatingRounds(ctx, { main, mainAddon, procs: w3, cu
   /** @type {Array<{ workload: string, peer: string, agents: Agent[], workers: number, client?: 'addon' }>} */
   const plan = [];
   // `auth`: our W1 with digest auth (and the module's ACL for it) next to our W1 without.
-  const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-bg', 'ours-retain', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
+  const w1Peers = wants('w1') ? ['raw', 'exists', 'ours', 'ours-traced', 'ours-bg', 'ours-retain', 'ours-fifo', 'herd'] : wants('auth') ? ['ours'] : [];
   if (wants('auth')) w1Peers.splice(w1Peers.indexOf('ours') + 1, 0, 'ours-auth');
   for (const peer of w1Peers) {
     plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
@@ -80,7 +80,7 @@ export async function runAlternatingRounds(ctx, { main, mainAddon, procs: w3, cu
     if (redis) plan.push({ workload: 'W1', peer: 'redis', agents: [mainAgent], workers: 1 });
   }
   if (wants('w2')) {
-    for (const peer of ['ours', 'ours-fifo', 'herd']) plan.push({ workload: 'W2', peer, agents: [mainAgent], workers: 8 });
+    for (const peer of ['ours', 'ours-traced', 'ours-fifo', 'herd']) plan.push({ workload: 'W2', peer, agents: [mainAgent], workers: 8 });
     if (curatorMain) plan.push({ workload: 'W2', peer: 'curator', agents: [curatorMain], workers: 8 });
     if (redis) plan.push({ workload: 'W2', peer: 'redis', agents: [mainAgent], workers: 8 });
   }

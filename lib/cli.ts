@@ -1,28 +1,39 @@
 #!/usr/bin/env node
 /**
  * `nestjs-zk-lock locks [path]`: who holds which lock, from ZooKeeper itself (this library's
- * nodes and Curator's); `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free:
- * loads only the core.
+ * nodes and Curator's); `nestjs-zk-lock top [path]`: the same, refreshed (cli-top.ts);
+ * `nestjs-zk-lock revoke <lock>`: ask its holder to let go. Framework-free: loads only the core.
  */
 import { readFileSync, realpathSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { ZkTlsOptions } from './core/connection/connection-options.js';
-import { ReplyTooLargeError, ZkConnectError } from './core/errors.js';
+import { ReplyTooLargeError, SessionWaitAbortedError, ZkConnectError } from './core/errors.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type LockInfo } from './core/inspect.js';
+import { withDeadlocks } from './core/deadlocks.js';
+import type { Deadlock } from './core/errors.js';
 import { ZkConnection } from './core/connection/zk-connection.js';
 import { isZkCode, ZkCode, ZkError } from './core/client/zk-error.js';
 import { isRevokeRequest } from './core/operations/holder-data.js';
 import { resolveLockPath } from './core/paths.js';
 import { revokeHolders } from './core/recipes/revocation.js';
+import { processTerminal, runTop, type TopTerminal } from './cli-top.js';
 
 const USAGE = `Usage: nestjs-zk-lock locks [path] [options]
+       nestjs-zk-lock top [path] [options]
        nestjs-zk-lock revoke <lock> [options]
 
 locks: lists the locks under <path> (default /locks, the library's base path) with who
 holds each one (host, pid, app/instance from the lock node; Curator nodes show an IP) and
-how many wait. Reads ZooKeeper only: it takes no lock and changes nothing.
+how many wait, then any deadlock: a cycle of waits across processes, each member with the
+lock it holds and the one it waits for. Reads ZooKeeper only: it takes no lock and changes nothing.
+
+top: the same locks, refreshed every --interval: holder, held for, waiters and the longest
+wait, handoffs per second, the leader of each election; the longest wait first. q or Ctrl-C
+quits. Reads only, as locks does (one listing per refresh: see docs/top.md for its cost).
+Without a terminal on stdout it prints frame after frame until SIGINT or SIGTERM; --once
+reads twice, --interval apart (for the handoff rate), and prints one frame.
 
 revoke: asks the holder(s) of <lock> (a name under /locks, or an absolute path; a mutex,
 read-write lock or leader election) to let go, and prints who was asked and, after
@@ -45,6 +56,8 @@ Options:
   --max-reply-bytes <n>       the largest reply read (default 16 MiB; a listing of 100 000
                               waiters is about 6 MB)
   --wait <ms>                 revoke: how long to watch the holders answer (default 1000)
+  --interval <ms>             top: time between refreshes (default 1000, at least 100)
+  --once                      top: print one frame and exit
   --older-than <ms>           locks: mark holders whose node is older than this (SINCE*): after
                               an outage longer than the session timeout, a restarted ZooKeeper
                               keeps the nodes of sessions that died during it for one more
@@ -62,6 +75,9 @@ const EXIT_UNREACHABLE = 2;
 const EXIT_NOBODY_ASKED = 3;
 const EXIT_NOT_REVOCABLE = 4;
 
+/** What top asks for (servers grant at most maxSessionTimeout, by default 20 × tickTime: 40 s). */
+const TOP_SESSION_TIMEOUT_MS = 40_000;
+
 class UsageError extends Error {}
 
 interface Io {
@@ -70,7 +86,12 @@ interface Io {
 }
 
 /** Runs the CLI with `argv` (without node and the script); resolves with the exit code. */
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env, io: Io = defaultIo): Promise<number> {
+export async function main(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  io: Io = defaultIo,
+  terminal: TopTerminal = io === defaultIo ? processTerminal() : {},
+): Promise<number> {
   let args: ReturnType<typeof parse>;
   try {
     args = parse(argv);
@@ -101,30 +122,37 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       connectString: options.connect,
       chroot: options.chroot,
       connectTimeoutMs: options.timeoutMs,
-      sessionTimeoutMs: 10_000,
+      // top stays connected: a longer session spaces the connection's heartbeat syncs (one every 1/20 of it).
+      sessionTimeoutMs: options.command === 'top' ? TOP_SESSION_TIMEOUT_MS : 10_000,
       auth: options.auth === undefined ? undefined : { credentials: options.auth },
       tls: options.tls,
       maxReplyBytes: options.maxReplyBytes,
     });
   } catch (error) {
-    io.err(`nestjs-zk-lock: ${(error as Error).message}\n`);
+    io.err(`nestjs-zk-lock: ${inFlagTerms((error as Error).message)}\n`);
     return EXIT_USAGE;
   }
   try {
     await connection.connect();
+    if (options.command === 'top') {
+      const read = (signal: AbortSignal) => collect(connection, options, signal);
+      const state = () => connection.state;
+      const { path: root, intervalMs, once, timeoutMs: sessionWaitMs } = options;
+      return await runTop({ root, server: connection.description, intervalMs, once, sessionWaitMs, read, state }, io.out, terminal);
+    }
     if (options.command === 'revoke') {
       const asked = await followUp(connection, await revokeHolders(connection, options.path), options.waitMs);
       io.out(options.json ? `${JSON.stringify(asked, null, 2)}\n` : formatAsked(asked, options.path, options.waitMs));
       if (asked.length === 0) return EXIT_NOBODY_ASKED;
       return asked.every((h) => h.outcome === 'ignored') ? EXIT_NOT_REVOCABLE : 0;
     }
-    const locks = await collect(connection, options);
+    const locks = await withDeadlocks(connection, await collect(connection, options));
     const { olderThanMs } = options;
     io.out(options.json ? `${JSON.stringify(olderThanMs === undefined ? locks : markOlder(locks, olderThanMs), null, 2)}\n` : formatTable(locks, options.path, { olderThanMs }));
     return 0;
   } catch (error) {
     if (error instanceof ZkConnectError) {
-      io.err(`nestjs-zk-lock: ${error.message}\n`);
+      io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_UNREACHABLE;
     }
     if (error instanceof ZkError && error.codeName === 'NOAUTH') {
@@ -132,10 +160,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       return EXIT_USAGE;
     }
     if (error instanceof ReplyTooLargeError) {
-      io.err(`nestjs-zk-lock: ${error.message} (--max-reply-bytes)\n`);
+      io.err(`nestjs-zk-lock: ${inFlagTerms(error.message)}\n`);
       return EXIT_USAGE;
     }
-    if (error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) {
+    if ((error instanceof ZkError && (error.isConnectionError || error.isSessionGone)) || error instanceof SessionWaitAbortedError) {
       io.err(`nestjs-zk-lock: lost the connection to ZooKeeper at ${connection.description}: ${error.message}\n`);
       return EXIT_UNREACHABLE;
     }
@@ -144,6 +172,26 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
   } finally {
     await connection.close();
   }
+}
+
+/** The connection options this command sets from its flags, and those flags. */
+const FLAG_OF_OPTION: Record<string, string> = {
+  connectString: '--connect',
+  chroot: '--chroot',
+  connectTimeoutMs: '--timeout',
+  maxReplyBytes: '--max-reply-bytes',
+  auth: '--auth',
+};
+
+/** A message of the connection's, with the options it names (TLS advice too) said as this command's flags. */
+function inFlagTerms(message: string): string {
+  return message
+    .replace(/"(connectString|chroot|connectTimeoutMs|maxReplyBytes|auth)"/g, (_, option: string) => `"${FLAG_OF_OPTION[option]}"`)
+    .replace(/the connection option maxReplyBytes/g, '--max-reply-bytes')
+    .replace(/\b(connectString|connectTimeoutMs|maxReplyBytes)\b/g, (option: string) => FLAG_OF_OPTION[option]!)
+    .replace(/"?\btls\.(ca|cert|key)\b"?/g, '--tls-$1')
+    .replace(/, or give that name as tls\.servername/g, '')
+    .replace(/pass the `tls` option/g, 'pass --tls-ca (and --tls-cert, --tls-key)');
 }
 
 const defaultIo: Io = {
@@ -170,6 +218,8 @@ function parse(argv: readonly string[]) {
       'max-reply-bytes': { type: 'string' },
       wait: { type: 'string' },
       'older-than': { type: 'string' },
+      interval: { type: 'string' },
+      once: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
       version: { type: 'boolean', short: 'v' },
     },
@@ -177,7 +227,7 @@ function parse(argv: readonly string[]) {
 }
 
 interface Options {
-  command: 'locks' | 'revoke';
+  command: 'locks' | 'top' | 'revoke';
   path: string;
   connect: string;
   chroot: string | undefined;
@@ -190,12 +240,15 @@ interface Options {
   maxReplyBytes: number | undefined;
   waitMs: number;
   olderThanMs: number | undefined;
+  intervalMs: number;
+  once: boolean;
 }
 
 function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv): Options {
   const [command, given, ...extra] = args.positionals;
   if (command === undefined) throw new UsageError('no command given');
-  if (command !== 'locks' && command !== 'revoke') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (command !== 'locks' && command !== 'top' && command !== 'revoke') throw new UsageError(`unknown command ${JSON.stringify(command)}`);
+  if (command === 'top' && args.values.json) throw new UsageError('top prints a table only: for JSON, use locks --json');
   if (extra.length > 0) throw new UsageError(`unexpected argument ${JSON.stringify(extra[0])}`);
   if (command === 'revoke' && given === undefined) throw new UsageError('revoke needs the lock: a name under /locks or an absolute path');
   let path = given ?? '/locks';
@@ -222,6 +275,8 @@ function resolveOptions(args: ReturnType<typeof parse>, env: NodeJS.ProcessEnv):
     maxReplyBytes: args.values['max-reply-bytes'] === undefined ? undefined : integer(args.values['max-reply-bytes'], '--max-reply-bytes', 0, 1),
     waitMs: integer(args.values.wait, '--wait', 1000, 0),
     olderThanMs: args.values['older-than'] === undefined ? undefined : integer(args.values['older-than'], '--older-than', 0, 0),
+    intervalMs: integer(args.values.interval, '--interval', 1000, 100),
+    once: args.values.once ?? false,
   };
 }
 
@@ -250,12 +305,12 @@ function integer(text: string | undefined, flag: string, fallback: number, min: 
 }
 
 /** The lock at `path` itself if it is one (with the permits hint), else every lock below it. */
-async function collect(connection: ZkConnection, options: Options): Promise<LockInfo[]> {
-  const found = await inspectLocks(connection, options.path, { maxDepth: options.depth });
+async function collect(connection: ZkConnection, options: Options, signal?: AbortSignal): Promise<LockInfo[]> {
+  const found = await inspectLocks(connection, options.path, { maxDepth: options.depth, signal });
   if (options.permits === undefined) return found;
   // The hint applies to semaphores: read them again with it.
   return Promise.all(
-    found.map(async (lock) => (lock.kind === 'semaphore' ? ((await inspectLock(connection, lock.path, { permits: options.permits })) ?? lock) : lock)),
+    found.map(async (lock) => (lock.kind === 'semaphore' ? ((await inspectLock(connection, lock.path, { permits: options.permits, signal })) ?? lock) : lock)),
   );
 }
 
@@ -321,7 +376,7 @@ export function formatTable(locks: readonly LockInfo[], root: string, options: F
       .map((cell, col) => (col === cells.length - 1 ? cell : cell.padEnd(widths[col]!)))
       .join('  ')
       .trimEnd();
-  const table = [line(header), ...rows.map(line)].join('\n') + '\n';
+  const table = [line(header), ...rows.map(line)].join('\n') + '\n' + formatDeadlocks(locks);
   if (olderThanMs === undefined) return table;
   const bound = formatAge(olderThanMs);
   return (
@@ -335,7 +390,26 @@ export function formatTable(locks: readonly LockInfo[], root: string, options: F
   );
 }
 
-function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
+/** The deadlocks among `locks`, each once: one line per member (what it holds, who, what it waits for). */
+export function formatDeadlocks(locks: readonly LockInfo[]): string {
+  const byKey = new Map<string, Deadlock>();
+  for (const deadlock of locks.flatMap((lock) => lock.deadlocks ?? [])) byKey.set(deadlock.members.map((m) => m.waitingNode).join('|'), deadlock);
+  if (byKey.size === 0) return '';
+  const now = Date.now();
+  const blocks = [...byKey.values()].map((deadlock, i) => {
+    const lines = deadlock.members.map((m, j) => {
+      const who = describeHolder(m);
+      const waiting = formatAge(Math.max(0, now - m.waitingSince.getTime()));
+      const mark = j === 0 ? '  (began last: the one to give up)' : '';
+      return printable(`  ${m.lock} is held by ${who} (session 0x${m.sessionId}), waiting ${waiting} for ${m.waitsFor}`) + mark;
+    });
+    return `DEADLOCK ${i + 1} (${deadlock.members.length} waits in a cycle):\n${lines.join('\n')}`;
+  });
+  return `\n${blocks.join('\n')}\n`;
+}
+
+/** The KIND column: rw:read / rw:write, `semaphore 2/3` (in use / permits hint). */
+export function kindOf(lock: LockInfo, holder: ContenderInfo | undefined): string {
   switch (lock.kind) {
     case 'read-write':
       return holder ? `rw:${holder.mode}` : 'rw';
@@ -402,7 +476,7 @@ function describeOutcome(outcome: RevokeOutcome, waitMs: number): string {
 }
 
 /** `host:pid app/instance`; a Curator node has only its IP as host. */
-export function describeHolder(contender: ContenderInfo): string {
+export function describeHolder(contender: Pick<ContenderInfo, 'holder'>): string {
   const { host, pid, app, instance } = contender.holder;
   const where = `${host ?? '?'}${pid === undefined ? '' : `:${pid}`}`;
   const who = [app, instance].filter((x) => x !== undefined && x !== '').join('/');
@@ -423,6 +497,10 @@ export function formatAge(ms: number): string {
 // Run when executed (also through npm's bin symlink), not when imported.
 const invokedAs = process.argv[1];
 if (invokedAs !== undefined && isThisFile(invokedAs)) {
+  // A reader that went away (`| head`) is no crash: what was left to print is not wanted (top stops).
+  process.stdout.on('error', (error: NodeJS.ErrnoException) => {
+    if (error.code !== 'EPIPE') throw error;
+  });
   main(process.argv.slice(2)).then(
     (code) => {
       process.exitCode = code;

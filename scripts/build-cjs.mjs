@@ -22,7 +22,7 @@ function* files(dir) {
 
 const withoutSourceMap = (text) => text.replace(/^\/\/# sourceMappingURL=.*$/m, '');
 for (const file of files(dist)) {
-  if (relative(dist, file).startsWith('cli.')) continue; // the command line runs the ES module build
+  if (/^cli[.-]/.test(relative(dist, file))) continue; // the command line (cli.ts, cli-*.ts) runs the ES module build
   const target = join(out, relative(dist, file));
   if (file.endsWith('.d.ts')) {
     mkdirSync(dirname(target), { recursive: true });

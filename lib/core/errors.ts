@@ -1,6 +1,8 @@
+import type { HolderInfo } from './operations/holder-data.js';
+
 /**
  * Typed errors of the lock library. None of them is an HttpException: they also travel through
- * scheduled jobs, event listeners and queues (map them to HTTP with the opt-in filter).
+ * scheduled jobs, event listeners and queues (ZkLockModule answers them in HTTP, RPC and WebSocket contexts).
  * @publicApi
  */
 export class ZkLockError extends Error {
@@ -30,9 +32,14 @@ export class InvalidLockNameError extends ZkLockError {
   }
 }
 
-export type ConnectFailureReason = 'unreachable' | 'auth-failed' | 'chroot-missing' | 'session-expired' | 'closed';
+export type ConnectFailureReason = 'unreachable' | 'tls' | 'auth-failed' | 'chroot-missing' | 'session-expired' | 'closed';
 
-/** The ensemble could not be reached (or refused us) within `connectTimeoutMs`. */
+/**
+ * The ensemble could not be reached (or refused us) within `connectTimeoutMs`. `tls`: the TLS
+ * handshake failed (the message names why: a certificate not trusted, a host name it is not made
+ * out to, a client certificate refused, the protocol), or the port speaks the other protocol; a
+ * certificate refused by every server fails at once, without waiting out `connectTimeoutMs`.
+ */
 export class ZkConnectError extends ZkLockError {
   constructor(
     readonly connectString: string,
@@ -64,6 +71,30 @@ export class ReplyTooLargeError extends ZkLockError {
   }
 }
 
+/**
+ * A call's `signal` (`inspect`, `revoke`) aborted while it waited for a ZooKeeper session: no
+ * session was up all that time. `cause` is the signal's reason (a `TimeoutError` DOMException for
+ * `AbortSignal.timeout(ms)`).
+ */
+export class SessionWaitAbortedError extends ZkLockError {
+  constructor(
+    readonly operation: string,
+    options: { cause: unknown },
+  ) {
+    super(`${operation} gave up waiting for a ZooKeeper session: ${describeReason(options.cause)}`, options);
+  }
+
+  /** Whether the signal aborted for a timeout (`AbortSignal.timeout`, or a reason named TimeoutError). */
+  get timedOut(): boolean {
+    return (this.cause as { name?: unknown } | undefined)?.name === 'TimeoutError';
+  }
+}
+
+function describeReason(reason: unknown): string {
+  if (reason instanceof Error) return reason.message || reason.name;
+  return `the signal aborted (${String(reason)})`;
+}
+
 /** The connection was closed (module shutdown) while an operation needed it. */
 export class ConnectionClosedError extends ZkLockError {
   constructor(detail = 'the ZooKeeper connection is closed') {
@@ -71,9 +102,13 @@ export class ConnectionClosedError extends ZkLockError {
   }
 }
 
-export type NotAcquiredReason = 'timeout' | 'aborted' | 'connection';
+/**
+ * `deadlock`: the wait was one of a cycle of waits across processes and it was the one to give
+ * up (a `DeadlockError`).
+ */
+export type NotAcquiredReason = 'timeout' | 'aborted' | 'connection' | 'deadlock';
 
-/** An acquire gave up: the wait ran out, the caller aborted, or the connection was closed. */
+/** An acquire gave up: the wait ran out, the caller aborted, the connection was closed, or it was in a deadlock. */
 export class LockNotAcquiredError extends ZkLockError {
   constructor(
     readonly lockName: string,
@@ -83,6 +118,65 @@ export class LockNotAcquiredError extends ZkLockError {
   ) {
     super(detail ?? `Lock ${JSON.stringify(lockName)} was not acquired (${reason})`, options);
   }
+}
+
+/**
+ * One waiter in a deadlock: it holds `lock`, which the member before it waits for, and waits for
+ * `waitsFor`, which the member after it holds (the last one's is held by the first).
+ * @publicApi
+ */
+export interface DeadlockMember {
+  /** The lock it holds that the previous member waits for. */
+  readonly lock: string;
+  /** Its node holding `lock`. */
+  readonly holdingNode: string;
+  /** Who it is: its waiting node's data (host, pid, app, instance, and the locks it holds). */
+  readonly holder: Partial<HolderInfo>;
+  /** The ZooKeeper session of both its nodes, in hex. */
+  readonly sessionId: string;
+  /** The lock it waits for. */
+  readonly waitsFor: string;
+  /** Its node waiting in `waitsFor`. */
+  readonly waitingNode: string;
+  /** When it began to wait (its waiting node's creation, by the server's clock). */
+  readonly waitingSince: Date;
+}
+
+/**
+ * A cycle of waits: each member waits for a lock the next one holds, so none can go on. The first
+ * member is the wait that began last (the highest czxid of the waiting nodes): the one that gives
+ * up with a `DeadlockError`, so that the others go on.
+ * @publicApi
+ */
+export interface Deadlock {
+  readonly members: readonly DeadlockMember[];
+}
+
+/**
+ * An acquire that would have waited for ever: its call chain holds a lock that the holder of the
+ * lock it waits for waits for, directly or along a cycle of processes (`deadlock.members`). Of
+ * the cycle's waits, the one that began last fails at once with this error (its node deleted, as
+ * any wait that gives up); the others keep waiting and go on once its call chain released what it
+ * holds. A `LockNotAcquiredError` with reason `deadlock`.
+ */
+export class DeadlockError extends LockNotAcquiredError {
+  constructor(
+    lockName: string,
+    readonly deadlock: Deadlock,
+  ) {
+    super(lockName, 'deadlock', `Lock ${JSON.stringify(lockName)} was not acquired: deadlock: ${describeDeadlock(deadlock)}`);
+  }
+}
+
+/** `/a (held by host:pid app/instance, waits for /b) → /b (held by …, waits for /a)`. */
+export function describeDeadlock(deadlock: Deadlock): string {
+  return deadlock.members
+    .map((m) => {
+      const { host, pid, app, instance } = m.holder;
+      const who = [`${host ?? '?'}${pid === undefined ? '' : `:${pid}`}`, [app, instance].filter(Boolean).join('/')].filter(Boolean).join(' ');
+      return `${m.lock} is held by ${who} (session 0x${m.sessionId}), which waits for ${m.waitsFor}`;
+    })
+    .join('; ');
 }
 
 export type LockLostReason =

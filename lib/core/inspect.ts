@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import diagnostics_channel from 'node:diagnostics_channel';
-import { InvalidOptionError } from './errors.js';
+import { InvalidOptionError, SessionWaitAbortedError, type Deadlock } from './errors.js';
 import { isRevokeRequest, parseHolderData, type HolderInfo } from './operations/holder-data.js';
 import { joinPath, parentOf, sequenceOf, sortChildren, sortKey, validateZkPath } from './paths.js';
 import { isZkCode, ZkCode, ZkError } from './client/zk-error.js';
@@ -40,6 +40,8 @@ export interface ContenderInfo {
   readonly sessionId: string;
   /** When the server created the node (its ctime). */
   readonly createdAt: Date;
+  /** The zxid of the node's create: orders nodes by creation, across locks. */
+  readonly czxid: number;
   /** Milliseconds since `createdAt`, by this machine's clock (0 if the clocks disagree). */
   readonly ageMs: number;
 }
@@ -63,6 +65,11 @@ export interface LockInfo {
   readonly leases?: number;
   /** Semaphore: the permit count given as a hint (ZooKeeper does not store it). */
   readonly permits?: number;
+  /**
+   * The deadlocks this lock is waited for in (`LockService.inspect()`, `withDeadlocks`): cycles of
+   * waits across processes, each seen twice. Absent when there is none.
+   */
+  readonly deadlocks?: readonly Deadlock[];
 }
 
 export interface InspectLockOptions {
@@ -73,14 +80,14 @@ export interface InspectLockOptions {
    * acquire a lease).
    */
   permits?: number;
-  /** Cancels waiting for the connection. */
+  /** Cancels waiting for the connection: the call then rejects with SessionWaitAbortedError (its cause the signal's reason). */
   signal?: AbortSignal;
 }
 
 export interface InspectLocksOptions {
   /** How many levels below `path` to search for lock nodes. Default 4. */
   maxDepth?: number;
-  /** Cancels waiting for the connection. */
+  /** Cancels waiting for the connection: the call then rejects with SessionWaitAbortedError (its cause the signal's reason). */
   signal?: AbortSignal;
 }
 
@@ -116,7 +123,7 @@ export async function inspectLocks(connection: ZkConnection, path = '/', options
   if (!Number.isInteger(maxDepth) || maxDepth < 0 || maxDepth > 64) {
     throw new InvalidOptionError('maxDepth', `expected an integer from 0 to 64, got ${String(maxDepth)}`);
   }
-  const session = await connection.whenConnected(options.signal);
+  const session = await sessionFor(connection, 'inspect', options.signal);
   const limit = limiter(CONCURRENCY);
   const found: LockInfo[] = [];
 
@@ -147,11 +154,35 @@ export async function inspectLock(connection: ZkConnection, lockPath: string, op
   if (options.permits !== undefined && (!Number.isInteger(options.permits) || options.permits < 1)) {
     throw new InvalidOptionError('permits', `expected a positive integer, got ${String(options.permits)}`);
   }
-  const session = await connection.whenConnected(options.signal);
+  const session = await sessionFor(connection, 'inspect', options.signal);
   const limit = limiter(CONCURRENCY);
   const children = await childrenOrNull(session, lockPath);
   if (!children) return null;
   return readLock(session, lockPath, classify(children) ?? 'idle', children, options, limit);
+}
+
+/**
+ * @internal The lock at `path` as `session` reads it now, or null when its node is gone or its
+ * queue has more than `maxNodes` nodes (deadlock detection reads only short queues).
+ */
+export async function readLockAt(session: ZkSession, path: string, maxNodes = Infinity): Promise<LockInfo | null> {
+  const children = await childrenOrNull(session, path);
+  if (!children || children.length > maxNodes) return null;
+  return readLock(session, path, classify(children) ?? 'idle', children, {}, limiter(CONCURRENCY));
+}
+
+/**
+ * The connection's session, waiting for one until `signal` aborts: then a SessionWaitAbortedError
+ * (the caller's own reason as its cause), which says what happened and which ZkLockModule answers
+ * with 503, where the bare reason (a DOMException TimeoutError) says neither.
+ */
+export async function sessionFor(connection: ZkConnection, operation: string, signal: AbortSignal | undefined): Promise<ZkSession> {
+  try {
+    return await connection.whenConnected(signal);
+  } catch (error) {
+    if (signal?.aborted && error === signal.reason) throw new SessionWaitAbortedError(operation, { cause: error });
+    throw error;
+  }
 }
 
 function checkPath(path: unknown): asserts path is string {
@@ -245,6 +276,7 @@ function contender(raw: RawNode, holds: boolean, now: number): ContenderInfo {
     revokeRequested: isRevokeRequest(raw.data),
     sessionId: raw.stat.ephemeralOwner,
     createdAt: created,
+    czxid: raw.stat.czxid,
     ageMs: Math.max(0, now - created.getTime()),
   };
 }

@@ -1,8 +1,9 @@
 import { ConnectionClosedError, InvalidOptionError } from './errors.js';
-import { positiveInteger } from './validation.js';
-import { holderDataWriter, type HolderIdentity } from './operations/holder-data.js';
+import { describe, positiveInteger } from './validation.js';
+import { holderDataWriter, type HolderExtra, type HolderIdentity } from './operations/holder-data.js';
 import { HANDOFF_BITS, validateZkPath } from './paths.js';
 import { ZkOperations } from './operations/zk-operations.js';
+import type { HoldingWait } from './queue/lock-queue.js';
 import type { ZkConnection, SessionLostReason } from './connection/zk-connection.js';
 import { addonFixVersion, requiredAddonFixVersion } from './client/addon-session.js';
 import { ZkPerm, type ZkAcl, type ZkSession } from './client/session.js';
@@ -39,7 +40,17 @@ export interface LockEngineOptions extends HolderIdentity {
    * their nodes are deleted. New acquires are refused meanwhile. Default 10 000 ms.
    */
   shutdownGraceMs?: number;
+  /**
+   * What a wait does that is one of a cycle of waits across processes (a call chain holding a lock
+   * and waiting for another, see docs/deadlocks.md). `'fail'` (default): the wait that began last
+   * fails at once with a `DeadlockError`, the others go on waiting. `'report'`: nobody fails; the
+   * health indicator and `inspect()` report the cycle until `waitMs` ends it. `'off'`: nested
+   * acquires write no `holds` and read nothing (a nested mutex acquire then coalesces as any other).
+   */
+  deadlockDetection?: DeadlockDetection;
 }
+
+export type DeadlockDetection = 'fail' | 'report' | 'off';
 
 /** Upper bound of `maxLocalHandoffs`: the handoffs of one node must fit a fencing token's low bits. */
 export const MAX_LOCAL_HANDOFFS = 2 ** HANDOFF_BITS - 1;
@@ -71,6 +82,10 @@ export function validateEngineOptions(options: LockEngineOptions): string {
   if (options.coalesce !== undefined && typeof options.coalesce !== 'boolean') throw new InvalidOptionError('coalesce', 'expected true or false');
   if (options.maxLocalHandoffs !== undefined) positiveInteger(options.maxLocalHandoffs, 'maxLocalHandoffs', 0, 0, MAX_LOCAL_HANDOFFS);
   if (options.shutdownGraceMs !== undefined) positiveInteger(options.shutdownGraceMs, 'shutdownGraceMs', 0, 0);
+  const detection = options.deadlockDetection;
+  if (detection !== undefined && detection !== 'fail' && detection !== 'report' && detection !== 'off') {
+    throw new InvalidOptionError('deadlockDetection', `expected 'fail', 'report' or 'off', got ${describe(detection)}`);
+  }
   for (const key of ['app', 'instance'] as const) {
     if (options[key] !== undefined && typeof options[key] !== 'string') throw new InvalidOptionError(key, 'expected a string');
   }
@@ -98,9 +113,9 @@ let addonWarned = false;
  */
 export class LockEngine {
   readonly basePath: string;
-  /** Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
+  /** @internal Distinguishes engines (connections) in one process: re-entrancy never crosses them. */
   readonly id = ++engines;
-  /** How the recipes ask ZooKeeper: protected creates, guaranteed deletes, container parents. */
+  /** @internal How the recipes ask ZooKeeper: protected creates, guaranteed deletes, container parents. */
   readonly ops: ZkOperations;
   private readonly bound = new Set<SessionBound>();
   private readonly cleanups = new Set<Promise<unknown>>();
@@ -137,6 +152,7 @@ export class LockEngine {
     this.warningListeners.add(listener);
     return () => this.warningListeners.delete(listener);
   }
+  /** @internal Reports a warning to the onWarning listeners (or as a process warning without any). */
   warn(message: string): void {
     if (this.warningListeners.size === 0) process.emitWarning(message, 'ZkLockWarning');
     for (const listener of this.warningListeners) listener(message);
@@ -160,18 +176,27 @@ export class LockEngine {
     );
   }
 
+  /** @internal What a wait in a cycle of waits does (`deadlockDetection`). */
+  get deadlockDetection(): DeadlockDetection {
+    return this.identity.deadlockDetection ?? 'fail';
+  }
+
+  /** @internal The waits of this engine whose call chains hold other locks, while they wait (for the health indicator). */
+  readonly holdingWaits = new Set<HoldingWait>();
+
+  /** @internal `defaultWaitMs`, for LockService. */
   get defaultWaitMs(): number {
     return this.identity.defaultWaitMs ?? 0;
   }
 
-  /** The engine-wide defaults of the mutex options `coalesce` and `maxLocalHandoffs`. */
+  /** @internal The engine-wide defaults of the mutex options `coalesce` and `maxLocalHandoffs`. */
   get coalescing(): { coalesce: boolean; maxLocalHandoffs: number } {
     return { coalesce: this.identity.coalesce ?? true, maxLocalHandoffs: this.identity.maxLocalHandoffs ?? 16 };
   }
 
   private readonly localQueues = new Map<string, unknown>();
   /**
-   * The in-process queue registered under `key`, made by `make` if there is none. `make` gets a
+   * @internal The in-process queue registered under `key`, made by `make` if there is none. `make` gets a
    * callback that unregisters the queue once it is idle, so the map holds only busy locks.
    */
   localQueue<T>(key: string, make: (unregister: () => void) => T): T {
@@ -186,14 +211,15 @@ export class LockEngine {
     return queue;
   }
 
-  /** Locks with an in-process queue right now (for tests of clean-up). */
+  /** @internal Locks with an in-process queue right now (for tests of clean-up). */
   get localQueueCount(): number {
     return this.localQueues.size;
   }
 
-  /** Fresh holder data for a new node (created-at changes per node). */
-  readonly nodeData: () => Buffer;
+  /** Fresh holder data for a new node (created-at changes per node), with an acquire's extra fields. */
+  readonly nodeData: (extra?: HolderExtra) => Buffer;
 
+  /** @internal Holds `item` until the returned function is called (shutdown ends what is still held). */
   track(item: SessionBound): () => void {
     this.bound.add(item);
     return () => {
@@ -204,7 +230,7 @@ export class LockEngine {
   /** Set while shutdown waits for holders to finish. */
   private onNoneHeld: (() => void) | undefined;
 
-  /** Runs a clean-up in the background and remembers it until it settles. */
+  /** @internal Runs a clean-up in the background and remembers it until it settles. */
   background(work: Promise<unknown>): void {
     // One reaction, never rejecting (not catch + finally: a promise less on every release).
     const forget = () => void this.cleanups.delete(tracked);
@@ -217,11 +243,12 @@ export class LockEngine {
     while (this.cleanups.size > 0) await Promise.all([...this.cleanups]);
   }
 
+  /** Leases and elections held through this engine now. */
   get liveCount(): number {
     return this.bound.size;
   }
 
-  /** True once shutdown began: new acquires are refused. */
+  /** @internal True once shutdown began: new acquires are refused. */
   get isShuttingDown(): boolean {
     return this.shuttingDown;
   }
@@ -269,7 +296,7 @@ export class LockEngine {
 
   private readonly stopListeners = new Set<(error: ConnectionClosedError) => void>();
   /**
-   * Calls `listener` once when waiting must stop for everyone: the connection closed or shutdown
+   * @internal Calls `listener` once when waiting must stop for everyone: the connection closed or shutdown
    * began (waiting acquirers give up). One set for all waiters: cheaper than a listener each.
    */
   onStop(listener: (error: ConnectionClosedError) => void): () => void {
@@ -283,7 +310,7 @@ export class LockEngine {
   }
   private readonly disconnectListeners = new Set<() => void>();
   /**
-   * Calls `listener` once when the connection is not connected: at once if it is not now, else
+   * @internal Calls `listener` once when the connection is not connected: at once if it is not now, else
    * when it next leaves 'connected'. One connection listener for all (try-once acquires).
    */
   onDisconnect(listener: () => void): () => void {

@@ -21,11 +21,12 @@ export const LeaderContext = {
   current(): LeaderContextValue | undefined {
     return storage.getStore();
   },
-  /** @internal */
-  run<T>(election: string, term: LeadershipTerm, fn: () => T): T {
-    return storage.run({ ...term, election }, fn);
-  },
 };
+
+/** @internal Runs `fn` in `term` of `election` (what `LeaderContext.current()` then answers). */
+export function runInLeaderContext<T>(election: string, term: LeadershipTerm, fn: () => T): T {
+  return storage.run({ ...term, election }, fn);
+}
 
 /**
  * The elections this application takes part in, one `Leadership` per name over the module's

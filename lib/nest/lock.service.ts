@@ -10,6 +10,7 @@ import type { Lockable } from '../core/recipes/lock-recipe.js';
 import { ReadWriteLock, type ReadWriteLockOptions } from '../core/recipes/read-write-lock.js';
 import { Semaphore, type SemaphoreOptions } from '../core/recipes/semaphore.js';
 import { ZkConnection, type ConnectionState } from '../core/connection/zk-connection.js';
+import { withDeadlocks } from '../core/deadlocks.js';
 import { inspectLock, inspectLocks, type ContenderInfo, type InspectLockOptions, type InspectLocksOptions, type LockInfo } from '../core/inspect.js';
 import { revokeHolders } from '../core/recipes/revocation.js';
 
@@ -76,13 +77,17 @@ export class LockService {
   /**
    * Who holds and who waits, read from ZooKeeper (this library's nodes and Curator's alike): for
    * `name`, that lock (null when its node does not exist, i.e. nobody uses it); without a name,
-   * every lock under the base path.
+   * every lock under the base path, each lock waited for in a deadlock with its `deadlocks`
+   * (cycles of waits across processes, see docs/deadlocks.md).
    */
   inspect(options?: InspectLocksOptions): Promise<LockInfo[]>;
   inspect(name: string, options?: InspectLockOptions): Promise<LockInfo | null>;
   inspect(nameOrOptions?: string | InspectLocksOptions, options?: InspectLockOptions): Promise<LockInfo[] | LockInfo | null> {
-    // Both wait for a connection: pass a signal (e.g. AbortSignal.timeout(2000)) to bound that.
-    if (typeof nameOrOptions !== 'string') return inspectLocks(this.connection, this.engine.basePath, nameOrOptions);
+    // Both wait for a connection: a signal (e.g. AbortSignal.timeout(2000)) bounds that, then
+    // they reject with SessionWaitAbortedError (a 503 through the module's error answers).
+    if (typeof nameOrOptions !== 'string') {
+      return inspectLocks(this.connection, this.engine.basePath, nameOrOptions).then((locks) => withDeadlocks(this.connection, locks, nameOrOptions));
+    }
     return inspectLock(this.connection, this.pathOf(nameOrOptions), options);
   }
 

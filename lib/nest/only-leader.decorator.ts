@@ -1,7 +1,7 @@
-import { Inject, Logger, Optional } from '@nestjs/common';
+import { Inject, Optional } from '@nestjs/common';
 import { LockUsageError, NotLeaderError } from '../core/errors.js';
 import { copyMethodMetadata } from './copy-method-metadata.util.js';
-import { LeaderContext, LeaderElections } from './leader-elections.js';
+import { LeaderElections, runInLeaderContext } from './leader-elections.js';
 
 /** Metadata on a leader-only method and on leadership hooks (read by LeadershipExplorer). */
 export const ONLY_LEADER_METADATA = Symbol.for('nestjs-zk-lock:only-leader');
@@ -13,7 +13,7 @@ export const LEADER_ELECTIONS_PROPERTY = '__zkLeaderElections';
 export interface OnlyLeaderOptions {
   /**
    * On an instance that does not lead: `'skip'` the call (it resolves undefined) or `'throw'` a
-   * NotLeaderError (503 through `ZkLockExceptionFilter`). Default: `'throw'` for HTTP route
+   * NotLeaderError (answered 503). Default: `'throw'` for HTTP route
    * handlers (a skipped one would answer 200 with nothing done), `'skip'` elsewhere (a job runs on
    * the leader only).
    */
@@ -29,7 +29,6 @@ export interface LeadershipHookMetadata {
   event: 'gained' | 'lost';
 }
 
-const logger = new Logger('OnlyLeader');
 const PATH_METADATA = 'path'; // @nestjs/common's route metadata key (@Get, @Post, ...)
 
 /**
@@ -64,10 +63,9 @@ export function OnlyLeader(election: string, options: OnlyLeaderOptions = {}) {
         // A route handler that skipped would answer 200 with nothing done: it throws by default (503).
         const isRoute = Reflect.getMetadata(PATH_METADATA, wrapper) !== undefined;
         if ((onNotLeader ?? (isRoute ? 'throw' : 'skip')) === 'throw') throw new NotLeaderError(election);
-        logger.debug(`${label}: not the leader of ${JSON.stringify(election)}; skipped this call`);
-        return undefined;
+        return undefined; // a follower's normal outcome, on every tick: nothing is logged
       }
-      return LeaderContext.run(election, term, () => (original as (...a: unknown[]) => unknown).apply(this, args));
+      return runInLeaderContext(election, term, () => (original as (...a: unknown[]) => unknown).apply(this, args));
     };
     copyMethodMetadata(original, wrapper);
     Reflect.defineMetadata(ONLY_LEADER_METADATA, { election, label } satisfies OnlyLeaderMetadata, wrapper);

@@ -293,10 +293,9 @@ class LockedCall {
         return undefined;
       }
       if (error.reason !== 'timeout') throw error;
-      if (onLocked === 'skip') {
-        logger.debug(`${this.label}: lock ${JSON.stringify(lockable.name)} is held elsewhere; skipped this call`);
-        return undefined;
-      }
+      // Contention is a job's normal outcome on every instance but one: nothing is logged (Nest's
+      // default logger prints every level); LockChannels.notAcquired and the metrics count it.
+      if (onLocked === 'skip') return undefined;
       if (typeof onLocked === 'function') throw onLocked(lockable.name);
       if (LockContext.current()?.name === lockable.name) {
         throw new LockNotAcquiredError(

@@ -6,7 +6,7 @@ import { ZkConnection } from '../core/connection/zk-connection.js';
 import { checkCreateAccess, formatAcl, readableAcl, StaleHolderWatch } from '../core/inspect.js';
 import { ensureLockRoot, letsAnyoneCreate } from '../core/operations/lock-root.js';
 import type { ZkAcl, ZkSession } from '../core/client/session.js';
-import { ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
+import { ANSWER_EXTRAS, ZK_LOCK_MODULE_OPTIONS } from './zk-lock.module-definition.js';
 import { joinBootstrap, logAbandoned, type BootstrapSession } from './bootstrap-guard.js';
 import type { ZkLockModuleOptions } from './zk-lock-module-options.interface.js';
 
@@ -60,6 +60,8 @@ export class ModuleConnection implements BootstrapSession {
 
   static async open(options: ZkLockModuleOptions): Promise<ModuleConnection> {
     if (options === null || typeof options !== 'object') throw new InvalidOptionError('options', 'expected an object');
+    const misplaced = ANSWER_EXTRAS.find((option) => option in options);
+    if (misplaced) throw new InvalidOptionError(misplaced, 'decides which providers the module has: pass it to forRootAsync beside useFactory, not in the options the factory returns');
     const basePath = validateEngineOptions(options); // every option is checked before we try to connect
     const { waitForConnection = true, participantId } = options;
     if (typeof waitForConnection !== 'boolean') throw new InvalidOptionError('waitForConnection', 'expected true or false');
@@ -79,7 +81,10 @@ export class ModuleConnection implements BootstrapSession {
     const { description } = connection;
     const { connectTimeoutMs } = connection.options;
     if (!waitForConnection) {
-      logger.log(`Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); lock calls fail with reason 'connection' until connected`);
+      logger.log(
+        `Connecting to ZooKeeper at ${description} in the background (waitForConnection: false); until connected, ` +
+          `each lock call waits up to its waitMs for the session, then fails with reason 'connection'`,
+      );
       connection.connectInBackground();
       return opened;
     }
@@ -97,7 +102,8 @@ export class ModuleConnection implements BootstrapSession {
 
   /** Bootstrap: fails with ZkConnectError (auth-failed) if the credentials may not create under basePath. */
   private async failIfDenied(): Promise<void> {
-    const denied = await this.checkAccess().catch(() => undefined); // no answer: checked again at the next connect
+    // Not logged: the bootstrap fails with it, and Nest prints that (once).
+    const denied = await this.checkAccess({ log: false }).catch(() => undefined); // no answer: checked again at the next connect
     if (!denied) return;
     this.close();
     if (this.owned) await this.connection.close().catch(() => undefined);
@@ -109,9 +115,10 @@ export class ModuleConnection implements BootstrapSession {
    * in basePath or its nearest existing ancestor); resolves with the failure, if any. Rejects when
    * ZooKeeper does not answer (the previous result stays). Under an ACL, a missing basePath is
    * made first (persistent, with the ACL): the first application with credentials to boot owns it,
-   * and one with other credentials is refused here, whichever starts later.
+   * and one with other credentials is refused here, whichever starts later. A new failure is
+   * logged as an error unless `log` is false.
    */
-  async checkAccess(): Promise<ZkConnectError | undefined> {
+  async checkAccess({ log = true } = {}): Promise<ZkConnectError | undefined> {
     const { connection, basePath } = this;
     const session = connection.session;
     if (connection.state !== 'connected' || !session) return this.accessDenied;
@@ -136,7 +143,7 @@ export class ModuleConnection implements BootstrapSession {
     );
     const changed = this.accessDenied?.message !== error.message;
     this.accessDenied = error;
-    if (changed) logger.error(`${error.message}; lock calls fail until it is fixed`);
+    if (changed && log) logger.error(`${error.message}; lock calls fail until it is fixed`);
     return error;
   }
 
@@ -166,9 +173,11 @@ export class ModuleConnection implements BootstrapSession {
   /** `inBackground`: nobody awaits the first connect, so a failure that closes it is logged here. */
   private startLog(inBackground: boolean): void {
     const { connection } = this;
-    const connected = (id: string) => logger.log(`Connected to ZooKeeper ${connection.description} (session 0x${id})`);
-    const suspended = () => logger.warn(`Disconnected from ZooKeeper ${connection.description}; session may still be alive`);
-    const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper (session 0x${id})`);
+    // The server the session is (or was last) linked to; the whole connect string where the client cannot tell.
+    const server = () => connection.session?.server ?? connection.description;
+    const connected = (id: string) => logger.log(`Connected to ZooKeeper at ${server()} (session 0x${id})`);
+    const suspended = () => logger.warn(`Disconnected from ZooKeeper at ${server()}; the session may still be alive`);
+    const reconnected = (id: string) => logger.log(`Reconnected to ZooKeeper at ${server()} (session 0x${id})`);
     const lost = (reason: string, id: string) => logger.error(`ZooKeeper session 0x${id} lost (${reason}); opening a new one`);
     const unreachable = (problems: string[], elapsedMs: number) =>
       logger.warn(`Still connecting to ZooKeeper after ${(elapsedMs / 1000).toFixed(0)} s, retrying: ${problems.join('; ')}`);
@@ -246,8 +255,8 @@ export const engineProvider: Provider = {
   useFactory: (connection: ZkConnection, options: ZkLockModuleOptions) => {
     // With credentials, parents are locked down unless the caller chose an ACL.
     const parentAcl = moduleParentAcl(options);
-    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths } = options;
-    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths });
+    const { basePath, app, instance, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths, deadlockDetection } = options;
+    const engine = new LockEngine(connection, { basePath, app, instance, parentAcl, defaultWaitMs, coalesce, maxLocalHandoffs, shutdownGraceMs, maxIdleLockPaths, deadlockDetection });
     engine.onWarning((message) => logger.warn(message));
     return engine;
   },

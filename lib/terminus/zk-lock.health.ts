@@ -4,6 +4,8 @@ import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/term
 import { LockEngine } from '../core/lock-engine.js';
 import { ZkConnection } from '../core/connection/zk-connection.js';
 import type { StaleHolder } from '../core/inspect.js';
+import { deadlocksOf } from '../core/deadlocks.js';
+import type { Deadlock } from '../core/errors.js';
 import { ModuleConnection } from '../nest/zk-lock.providers.js';
 import { LeaderElections } from '../nest/leader-elections.js';
 
@@ -30,6 +32,14 @@ export interface ZkLockHealthOptions {
    * Terminus 11).
    */
   staleHolders?: 'up' | 'degraded' | 'down';
+  /**
+   * What it reports while a wait of this application is in a deadlock (`deadlocks` in the
+   * details: every member's lock, holder and what it waits for): a cycle of waits across processes
+   * that nobody breaks (with `deadlockDetection: 'report'`, or a member that does not detect).
+   * Read only while a call chain of this application that holds locks waits for another. Default
+   * `'degraded'` (`'down'` on Terminus 11).
+   */
+  deadlocks?: 'up' | 'degraded' | 'down';
   /** The connection to check, instead of the one of `ZkLockModule`. */
   connection?: ZkConnection;
 }
@@ -41,7 +51,8 @@ type Status = 'up' | 'degraded' | 'down';
  * by default, answering a ping in time), degraded while suspended, down while lost, connecting or
  * closed, down with `reason: 'auth-failed'` while the configured credentials may not create under
  * `basePath`, degraded while recently used locks are held by sessions from before a loss of ours
- * (`staleHolders`, see the option). The result carries `state`, `sessionId`, `server` (connect
+ * (`staleHolders`, see the option), degraded while waits of this application are in a deadlock
+ * (`deadlocks`, see the option). The result carries `state`, `sessionId`, `server` (connect
  * string and chroot, never credentials), `sessionTimeoutMs`, `heldLocks` and the ping's `latencyMs`.
  *
  * ```ts
@@ -127,6 +138,16 @@ export class ZkLockHealthIndicator {
           `their nodes only one session timeout after it restarted; until then these locks look taken`;
       }
     }
+    if (engine && engine.connection === connection && status !== 'down' && engine.holdingWaits.size > 0) {
+      const deadlocks = await this.within(deadlocksOf(engine), options.pingTimeoutMs || 2000);
+      if (deadlocks && deadlocks.length > 0) {
+        status = worse(status, options.deadlocks ?? 'degraded');
+        data.deadlocks = deadlocks.map(describeDeadlock);
+        data.message =
+          `${deadlocks.length} deadlock(s): waits of this application are in a cycle of waits across processes ` +
+          '(each member holds a lock the one before it waits for); they end when a member gives up (its waitMs)';
+      }
+    }
     const payload = Object.fromEntries(Object.entries(data).filter(([, v]) => v !== undefined));
     if (status === 'degraded') {
       // Terminus 11 has no degraded status.
@@ -173,6 +194,21 @@ export class ZkLockHealthIndicator {
       return undefined;
     }
   }
+}
+
+const SEVERITY: Record<Status, number> = { up: 0, degraded: 1, down: 2 };
+
+function worse(a: Status, b: Status): Status {
+  return SEVERITY[a] >= SEVERITY[b] ? a : b;
+}
+
+function describeDeadlock(deadlock: Deadlock): Record<string, unknown> {
+  return {
+    members: deadlock.members.map((m) => {
+      const { host, pid, app, instance } = m.holder;
+      return { lock: m.lock, waitsFor: m.waitsFor, sessionId: `0x${m.sessionId}`, host, pid, app, instance, waitingSince: m.waitingSince.toISOString() };
+    }),
+  };
 }
 
 function describeStale(h: StaleHolder): Record<string, unknown> {

@@ -683,7 +683,7 @@ export class InMemoryZkSession implements ZkSession {
   private missedEvents: { type: WatchEventType; path: string }[] = [];
 
   constructor(
-    private readonly server: InMemoryZooKeeper,
+    private readonly zookeeper: InMemoryZooKeeper,
     private readonly init: SessionInit,
     private readonly events: SessionEvents,
     /** @internal */
@@ -734,34 +734,34 @@ export class InMemoryZkSession implements ZkSession {
     this.watches.clear();
     this.missedEvents = [];
     for (const request of this.heldUntilConnected.splice(0)) request.answer(ZkCode.CLOSING, undefined);
-    this.server.clientClosed(this, this.serverSession, wasConnected);
+    this.zookeeper.clientClosed(this, this.serverSession, wasConnected);
     // The binding emits 'close' synchronously from close().
     this.events.onClosed(0);
   }
 
   create(path: string, data: Buffer, mode: CreateMode, acl?: readonly ZkAcl[]): Promise<string> {
     const sequential = mode === CreateMode.PERSISTENT_SEQUENTIAL || mode === CreateMode.EPHEMERAL_SEQUENTIAL;
-    return this.call('create', path, isValidPath(path, sequential), (s) => this.server.tree.create(s, path, data, mode, acl));
+    return this.call('create', path, isValidPath(path, sequential), (s) => this.zookeeper.tree.create(s, path, data, mode, acl));
   }
 
   getChildren(path: string, watch?: WatchListener): Promise<{ children: string[]; stat: ZkStat }> {
-    return this.watched('child', 'getChildren', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getChildren(s, path, w));
+    return this.watched('child', 'getChildren', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.zookeeper.tree.getChildren(s, path, w));
   }
 
   getData(path: string, watch?: WatchListener): Promise<{ data: Buffer; stat: ZkStat }> {
-    return this.watched('data', 'getData', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.getData(s, path, w));
+    return this.watched('data', 'getData', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.zookeeper.tree.getData(s, path, w));
   }
 
   exists(path: string, watch?: WatchListener): Promise<ZkStat | null> {
-    return this.watched('data', 'exists', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.server.tree.exists(s, path, w));
+    return this.watched('data', 'exists', path, watch, (rc) => rc === ZkCode.OK, (s, w) => this.zookeeper.tree.exists(s, path, w));
   }
 
   setData(path: string, data: Buffer, version = -1): Promise<ZkStat> {
-    return this.call('setData', path, isValidPath(path, false), (s) => this.server.tree.setData(s, path, data, version));
+    return this.call('setData', path, isValidPath(path, false), (s) => this.zookeeper.tree.setData(s, path, data, version));
   }
 
   delete(path: string, version = -1): Promise<void> {
-    return this.call('delete', path, isValidPath(path, false), (s) => this.server.tree.delete(s, path, version));
+    return this.call('delete', path, isValidPath(path, false), (s) => this.zookeeper.tree.delete(s, path, version));
   }
 
   sync(path: string): Promise<void> {
@@ -769,15 +769,15 @@ export class InMemoryZkSession implements ZkSession {
   }
 
   setAcl(path: string, acl: readonly ZkAcl[], version = -1): Promise<void> {
-    return this.call('setAcl', path, isValidPath(path, false), (s) => this.server.tree.setAcl(s, path, acl, version));
+    return this.call('setAcl', path, isValidPath(path, false), (s) => this.zookeeper.tree.setAcl(s, path, acl, version));
   }
 
   getAcl(path: string): Promise<ZkAcl[]> {
-    return this.call('getAcl', path, isValidPath(path, false), (s) => this.server.tree.getAcl(s, path));
+    return this.call('getAcl', path, isValidPath(path, false), (s) => this.zookeeper.tree.getAcl(s, path));
   }
 
   addAuth(scheme: string, credentials: string): Promise<void> {
-    const added = this.call<void>('addAuth', scheme, true, (s) => this.server.tree.addAuth(s, scheme, credentials));
+    const added = this.call<void>('addAuth', scheme, true, (s) => this.zookeeper.tree.addAuth(s, scheme, credentials));
     // A server that fails authentication drops the client for good (AUTH_FAILED state).
     added.catch((error: ZkError) => {
       if (error.code === ZkCode.AUTHFAILED && this.state !== 'closed') this.endWith(AUTH_FAILED_STATE);
@@ -846,7 +846,7 @@ export class InMemoryZkSession implements ZkSession {
       this.link.waiting.add(this); // a partitioned client cannot open a session either
       return;
     }
-    const session = this.server.openSession(this, this.init);
+    const session = this.zookeeper.openSession(this, this.init);
     if (!session) {
       this.endWith(EXPIRED_STATE); // re-attaching to a session that is gone
       return;
@@ -855,7 +855,7 @@ export class InMemoryZkSession implements ZkSession {
     this.state = 'connected';
     this.requests.lastAnsweredSentAt = performance.now();
     this.events.onConnected();
-    for (const request of this.heldUntilConnected.splice(0)) this.server.submit(request);
+    for (const request of this.heldUntilConnected.splice(0)) this.zookeeper.submit(request);
   }
 
   /** Closed by the server's verdict (expired, auth failed): `onClosed(code)`, like the binding. */
@@ -916,7 +916,7 @@ export class InMemoryZkSession implements ZkSession {
         },
       };
       if (this.state === 'connecting') this.heldUntilConnected.push(request);
-      else this.server.submit(request);
+      else this.zookeeper.submit(request);
     });
   }
 }

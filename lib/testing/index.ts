@@ -11,12 +11,14 @@ import { WithLockExplorer } from '../nest/with-lock.explorer.js';
 import { LeaderElections } from '../nest/leader-elections.js';
 import { LeadershipExplorer } from '../nest/leadership.explorer.js';
 import { FAKE_LOCK_OPTIONS, FakeLockService, type FakeLockServiceOptions } from './fake-lock.service.js';
+import { errorAnswerProviders } from '../nest/zk-lock.module-definition.js';
+import type { ZkLockAnswerOptions } from '../nest/zk-lock-module-options.interface.js';
 
 export { FakeLockService, FakeLockStore, FAKE_LOCK_OPTIONS, type FakeLockServiceOptions } from './fake-lock.service.js';
 export { InMemoryZooKeeper, type InMemoryZooKeeperOptions, type InMemorySessionInfo } from './in-memory-zookeeper.js';
 
 /** @publicApi */
-export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions {
+export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions, Partial<ZkLockAnswerOptions> {
   /** Register LockService globally (default true, so every module under test can inject it). */
   isGlobal?: boolean;
 }
@@ -34,7 +36,7 @@ export interface ZkLockTestingModuleOptions extends FakeLockServiceOptions {
 @Module({})
 export class ZkLockTestingModule {
   static forRoot(options: ZkLockTestingModuleOptions = {}): DynamicModule {
-    const { isGlobal = true, ...fakeOptions } = options;
+    const { isGlobal = true, answerErrors, answerLockNames, ...fakeOptions } = options;
     return {
       module: ZkLockTestingModule,
       global: isGlobal,
@@ -47,8 +49,10 @@ export class ZkLockTestingModule {
         WithLockExplorer,
         LeaderElections,
         LeadershipExplorer,
-        // As ZkLockModule: a request whose client disconnects stops waiting for its lock.
+        // As ZkLockModule: a request whose client disconnects stops waiting for its lock, and
+        // the library's errors answer as in production (409, 503, 400).
         { provide: APP_INTERCEPTOR, useClass: ClientDisconnectInterceptor },
+        ...errorAnswerProviders({ answerErrors, answerLockNames }),
       ],
       exports: [LockService, FakeLockService, ZkConnection, LeaderElections],
     };

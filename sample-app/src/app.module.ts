@@ -1,8 +1,7 @@
 import { Module } from '@nestjs/common';
-import { APP_FILTER } from '@nestjs/core';
 import { ConditionalModule, ConfigModule, ConfigService } from '@nestjs/config';
 import { ScheduleModule } from '@nestjs/schedule';
-import { ZkLockExceptionFilter, ZkLockModule } from 'nestjs-zk-lock';
+import { ZkLockModule } from 'nestjs-zk-lock';
 import { locksEnabled, metricsMode, validateConfig, type AppConfig } from './config.js';
 import { DatabaseModule } from './database/database.module.js';
 import { EventsModule } from './events/events.module.js';
@@ -44,8 +43,7 @@ export class UnlockedSalesModule {}
     // METRICS=prometheus: GET /metrics; otherwise the module (and the OpenTelemetry SDK) is not loaded.
     ConditionalModule.registerWhen(MetricsModule, (env) => metricsMode(env) === 'prometheus', { debug: false }),
   ],
+  // ZkLockModule answers LockNotAcquiredError (the seat's lock not taken within LOCK_WAIT_MS) with 409 and Retry-After.
   controllers: [LocksController],
-  // LockNotAcquiredError (the seat's lock not taken within LOCK_WAIT_MS) -> 409 with Retry-After
-  providers: [{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }],
 })
 export class AppModule {}

@@ -22,9 +22,12 @@ export interface AppConfig {
   PAYMENT_MAX_MS: number;
   /** `prometheus`: serve the library's OpenTelemetry metrics at GET /metrics; `off` (default): no metrics code runs. */
   METRICS: MetricsMode;
+  /** `console` or `file:<path>` (JSON lines): trace requests and their locks with OpenTelemetry; `off` (default). */
+  TRACES: TracesMode;
 }
 
 export type MetricsMode = 'off' | 'prometheus';
+export type TracesMode = 'off' | 'console' | `file:${string}`;
 
 function integer(env: Record<string, unknown>, key: string, fallback: number, min: number, max: number): number {
   const raw = env[key];
@@ -50,6 +53,15 @@ export function metricsMode(env: Record<string, unknown>): MetricsMode {
   if (raw === '' || raw === 'off') return 'off';
   if (raw === 'prometheus') return 'prometheus';
   throw new Error(`METRICS must be "prometheus" or "off", got ${JSON.stringify(env.METRICS)}`);
+}
+
+/** TRACES=console or file:<path> turns tracing on; unset, empty or off leaves it off; anything else is an error. */
+export function tracesMode(env: Record<string, unknown>): TracesMode {
+  const raw = String(env.TRACES ?? '').trim();
+  if (raw === '' || raw.toLowerCase() === 'off') return 'off';
+  if (raw.toLowerCase() === 'console') return 'console';
+  if (raw.startsWith('file:') && raw.length > 'file:'.length) return raw as `file:${string}`;
+  throw new Error(`TRACES must be "console", "file:<path>" or "off", got ${JSON.stringify(env.TRACES)}`);
 }
 
 /**
@@ -78,5 +90,6 @@ export function validateConfig(env: Record<string, unknown>): AppConfig {
     PAYMENT_MIN_MS: paymentMin,
     PAYMENT_MAX_MS: paymentMax,
     METRICS: metricsMode(env),
+    TRACES: tracesMode(env),
   };
 }

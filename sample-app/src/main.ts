@@ -5,13 +5,18 @@ import { ConfigService } from '@nestjs/config';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { AppModule } from './app.module.js';
-import type { AppConfig } from './config.js';
+import { tracesMode, type AppConfig } from './config.js';
 
-// LOG_LEVEL=debug also shows @WithLock's "held elsewhere; skipped" lines (every second per instance).
+// TRACES=console | file:<path>: the OpenTelemetry SDK is registered before anything takes a lock.
+const traces = tracesMode(process.env);
+if (traces !== 'off') await (await import('./tracing/tracing.js')).startTracing(traces, process.env.INSTANCE || `pid-${process.pid}`);
+
+// LOG_LEVEL=debug also lists the @WithLock methods at startup (a tick skipped elsewhere is never logged).
 const app = await NestFactory.create<NestExpressApplication>(AppModule, {
   logger: process.env.LOG_LEVEL === 'debug' ? ['fatal', 'error', 'warn', 'log', 'debug'] : ['fatal', 'error', 'warn', 'log'],
 });
 app.enableShutdownHooks(); // SIGTERM/SIGINT: stop taking locks, release held ones, close the session
+if (traces !== 'off') app.useGlobalInterceptors(new (await import('./tracing/request-spans.interceptor.js')).RequestSpans());
 const config = app.get<ConfigService<AppConfig, true>>(ConfigService);
 await app.listen(config.get('PORT', { infer: true }), '127.0.0.1');
 

@@ -19,6 +19,7 @@ import { prng } from '../support/prng.mjs';
  *   | { kind: 'peer-cut', follower: 'current' | number, direction: 'to' | 'from' | 'both', ms: number }
  *   | { kind: 'peer-cut-after-connect', delayMs: number, ms: number }
  *   | { kind: 'restart', server: 'current' | 'leader' | 'follower', downMs: number, limits?: { min: number, max: number } }
+ *   | { kind: 'foreign-delete', which: 'head' | 'second' | 'last' }
  * ) & { at: number, client?: number }} Fault
  */
 
@@ -82,6 +83,7 @@ export function drawWorld(seed) {
     const ms = Math.round(between(0.05, 1.5) * granted);
     const kinds = ['stall', 'handshake-stall', 'silence', 'silence-after-connect', 'reset', 'latency', 'restart'];
     if (servers > 1) kinds.push('peer-lag', 'peer-cut', 'peer-cut-after-connect');
+    if (lockWorld) kinds.push('foreign-delete');
     const kind = pick(kinds);
     const client = Math.floor(random() * clients);
     switch (kind) {
@@ -117,6 +119,9 @@ export function drawWorld(seed) {
         break;
       case 'peer-cut-after-connect':
         faults.push({ at, client, kind, delayMs: Math.round(between(0, 0.3) * granted), ms: Math.round(between(1, 2) * granted) });
+        break;
+      case 'foreign-delete':
+        faults.push({ at, client, kind, which: pick(['head', 'second', 'last']) });
         break;
     }
   }

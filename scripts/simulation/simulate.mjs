@@ -50,7 +50,7 @@ const LOCK_PATH = '/locks/a';
 /**
  * @param {SimulatedLibrary} lib
  * @param {number} seed
- * @param {{ traceLines?: number, world?: import('./schedule.mjs').World }} [options]
+ * @param {{ traceLines?: number, historyLines?: number, world?: import("./schedule.mjs").World }} [options]
  * @returns {Promise<SimulationResult>}
  */
 export async function simulate(lib, seed, options = {}) {
@@ -117,18 +117,18 @@ export async function simulate(lib, seed, options = {}) {
     const getter = client.believed();
     const current = client.connection.session;
     // A re-attach whose answer the client had not read yet shortened the timeout: nothing the
-    // client knew said so (see docs/safety.md); counted, not a violation.
-    const unforeseeable = session.lastTouch.by === 're-attach' && current?.id === sessionHex && session.lastTouch.timeout < current.timeoutMs;
+    // client knew said so (see docs/safety.md); counted, and its holds excused from the expiry on.
+    if (session.lastTouch.by === 're-attach' && current?.id === sessionHex && session.lastTouch.timeout < current.timeoutMs) {
+      stats.unforeseeable++;
+      history.sessionExcuses.push({ session: sessionHex, from: expiredAt - history.t0, why: 'a re-attach shortened the timeout before the client read its answer' });
+      log(`session ${sessionHex} expired after a re-attach shortened its timeout to ${session.lastTouch.timeout} ms, before the client read that answer`);
+      return;
+    }
     // An event of that client, due now: it runs after whatever the client had due before the expiry.
     clock.at(
       expiredAt,
       () => {
         if (client.lostAt.has(sessionHex) || closed) return;
-        if (unforeseeable) {
-          stats.unforeseeable++;
-          log(`session ${sessionHex} expired after a re-attach shortened its timeout to ${session.lastTouch.timeout} ms, before the client read that answer`);
-          return;
-        }
         violations.push(
           `session ${sessionHex} of client ${client.index} expired at ${expiredAt.toFixed(1)} while the client still held it` +
             `${stalled ? ` (client stalled until ${clock.stalledUntil(client.index).toFixed(1)})` : ''}; client's ${getter}`,
@@ -177,7 +177,7 @@ export async function simulate(lib, seed, options = {}) {
     const checked = history.check({ slackMs, endAt: clock.now });
     violations.push(...checked.violations);
     stats.holds = checked.stats.holds;
-    if (checked.violations.length > 0) trace.push(...history.events.slice(-80).map((e) => `history ${e}`));
+    if (checked.violations.length > 0) trace.push(...history.events.slice(-(options.historyLines ?? 80)).map((e) => `history ${e}`));
   }
   return { seed, world: describeWorld(world), violations, stats, trace: trace.slice(-keep) };
 }
@@ -343,7 +343,9 @@ function armFaults(world, model, clock, clients, log, history) {
   const stall = (/** @type {SimulatedClient} */ client, /** @type {number} */ ms) => {
     const lossAt = client.lossAt();
     const session = client.connection.session;
-    if (session && lossAt >= clock.now && lossAt < clock.now + ms) history.stalledPastDeadline.push({ session: session.id, from: lossAt - history.t0 });
+    if (session && lossAt >= clock.now && lossAt < clock.now + ms) {
+      history.sessionExcuses.push({ session: session.id, from: lossAt - history.t0, why: "holder's process stalled past its session's deadline" });
+    }
     clock.stallClient(client.index, ms);
   };
   const silence = (/** @type {any} */ server, /** @type {SimulatedClient} */ client, /** @type {number} */ ms) => {
@@ -413,6 +415,19 @@ function armFaults(world, model, clock, clients, log, history) {
         case 'peer-cut-after-connect':
           onConnectResponse[client.index].push((server) => clock.after(fault.delayMs, () => server !== model.leader && cutPeer(server, 'to', fault.ms)));
           return;
+        case 'foreign-delete': {
+          // Someone else (an operator, a buggy client) deletes a node of the lock's queue.
+          const leader = model.leader;
+          const queue = leader?.tree.nodes.get(LOCK_PATH);
+          if (!leader || !queue || queue.children.size === 0) return;
+          const sorted = [...queue.children].sort((a, b) => a.slice(-10).localeCompare(b.slice(-10)));
+          const name = fault.which === 'head' ? sorted[0] : fault.which === 'second' ? (sorted[1] ?? sorted[0]) : sorted[sorted.length - 1];
+          const node = `${LOCK_PATH}/${name}`;
+          log(`fault: a foreign client deletes ${name.slice(-10)} (${fault.which} of ${sorted.length})`);
+          model.commit(leader, { type: 'delete', path: node });
+          history.deletions.push({ node, sentAt: history.now(), repliedAt: history.now(), ok: true });
+          return;
+        }
         case 'restart': {
           const server =
             fault.server === 'current' ? client.current : fault.server === 'leader' ? model.leader : model.servers.find((s) => s !== model.leader && s.role !== 'down');

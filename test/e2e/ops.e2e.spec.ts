@@ -1,9 +1,7 @@
 // Operating it: the Terminus health indicator, the `nestjs-zk-lock locks` CLI (the built
 // dist/cli.js, run as a child process) and OpenTelemetry metrics, against the test ZooKeeper.
-import { execFile } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { Controller, Get, Module, type INestApplication, type INestApplicationContext } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
@@ -29,6 +27,7 @@ import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { enableZkLockMetrics } from '../../lib/metrics/index.js';
 import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { ZkLockHealthIndicator, ZkLockHealthModule } from '../../lib/terminus/index.js';
+import { CLI, runCli } from '../support/cli.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { closeAll, connect, engine, eventually, nextEvent, uniquePath, zkConnectString } from '../support/helpers.js';
 import { whenAborted } from '../support/lock-test-helpers.js';
@@ -140,22 +139,6 @@ describe('ZkLockHealthIndicator', () => {
   });
 });
 
-const CLI = fileURLToPath(new URL('../../dist/cli.js', import.meta.url));
-
-function runCli(args: string[], env: NodeJS.ProcessEnv = {}): Promise<{ code: number | null; stdout: string; stderr: string; ms: number }> {
-  if (!existsSync(CLI)) throw new Error(`${CLI} is missing: build first (npm run build)`);
-  const started = Date.now();
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [CLI, ...args],
-      { env: { PATH: process.env.PATH, ...env }, timeout: 30_000 },
-      (error, stdout, stderr) =>
-        resolve({ code: error ? ((error as { code?: number }).code ?? null) : 0, stdout, stderr, ms: Date.now() - started }),
-    );
-  });
-}
-
 describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
   it('is an executable script (shebang)', () => {
     expect(readFileSync(CLI, 'utf8').split('\n')[0]).toBe('#!/usr/bin/env node');
@@ -259,7 +242,10 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     const missingCa = await runCli(['locks', '--connect', zkConnectString(), '--tls-ca', '/nonexistent/ca.pem']);
     expect(missingCa).toMatchObject({ code: 1, stderr: expect.stringMatching(/--tls-ca: cannot read "\/nonexistent\/ca.pem" \(ENOENT\)/) });
     const tinyReplies = await runCli(['locks', '--connect', zkConnectString(), '--max-reply-bytes', '1000']);
-    expect(tinyReplies).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "maxReplyBytes": expected an integer from 1048575/) });
+    // It speaks of its flags, not of the connection options they set.
+    expect(tinyReplies).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "--max-reply-bytes": expected an integer from 1048575/) });
+    const scheme = await runCli(['locks', '--connect', `zk://${zkConnectString()}`]);
+    expect(scheme).toMatchObject({ code: 1, stderr: expect.stringMatching(/Invalid option "--connect": drop the "zk:\/\/"/) });
     const help = await runCli(['--help']);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: nestjs-zk-lock locks/);
@@ -269,7 +255,8 @@ describe('nestjs-zk-lock CLI (dist/cli.js)', () => {
     const result = await runCli(['locks', '--connect', '127.0.0.1:1', '--timeout', '1500']);
     expect(result.code).toBe(2);
     expect(result.stdout).toBe('');
-    expect(result.stderr).toMatch(/Cannot connect to ZooKeeper at 127\.0\.0\.1:1 \(unreachable\)/);
+    expect(result.stderr).toMatch(/Cannot connect to ZooKeeper at 127\.0\.0\.1:1 \(unreachable\): no server answered within --timeout \(1500 ms\)/);
+    expect(result.stderr).not.toContain('connectTimeoutMs');
     expect(result.ms).toBeLessThan(10_000);
     // A missing chroot is a connect failure too.
     const chroot = await runCli(['locks', '--connect', zkConnectString(), '--chroot', uniquePath('no-chroot')]);

@@ -1,41 +1,28 @@
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { describeDiagnostics, makePackageProject, MODULE_KINDS, packageProgram, REPO_ROOT as repoRoot, userCompilerOptions } from '../support/package-project.js';
 
 /**
  * Every ```ts block of README.md and docs/*.md must type-check against the built package (`npm test`
- * builds dist/ first), as a Nest user's project would compile it. Each block becomes a module of its
- * own and starts with its own imports (a reader copies it as it is); a small prelude declares the
- * few names that fragments use undefined (the injected LockService, a signal, a DTO).
+ * builds dist/ first) as pasted, in an ES-module project (Nest 12's default) and in a CommonJS one
+ * (Nest 11's): so no top-level await, and no import of a reader's own file (whose path would need
+ * `.js` in the one and, under Jest, none in the other). Each block becomes a module of its own and
+ * starts with its own imports (a reader copies it as it is); a block may be a spec, seeing its test
+ * runner's globals (`describe`, `it`, `expect`: Jest's, or Vitest's with `globals: true`). A block
+ * may be a fragment that uses names the prelude declares (the injected LockService as `locks`, a
+ * `signal`); nothing else may be left undefined.
  * Every relative link of those pages must reach a file, and a `#anchor` a heading of its page.
  */
 
-const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
-
-const packageEntryPoints = ['nestjs-zk-lock', 'nestjs-zk-lock/testing', 'nestjs-zk-lock/terminus', 'nestjs-zk-lock/metrics'];
-
-/** Names the fragments use without defining them (a global script, so every block sees them). */
+/** Names fragments may use without defining them (a global script, so every block sees them). */
 const prelude = `
 declare const locks: import('nestjs-zk-lock').LockService;
 declare const signal: AbortSignal;
-declare class PurchaseDto {}
-declare class SalesService {}   // defined in the README's "A first lock", used again in testing examples
 `;
 
-/** A Nest user's settings (ESM, like Nest 12), so decorators and top-level await compile. */
-const compilerOptions: ts.CompilerOptions = {
-  target: ts.ScriptTarget.ES2022,
-  module: ts.ModuleKind.NodeNext,
-  moduleResolution: ts.ModuleResolutionKind.NodeNext,
-  strict: true,
-  experimentalDecorators: true,
-  emitDecoratorMetadata: true,
-  skipLibCheck: true,
-  noEmit: true,
-  types: ['node'],
-};
+/** A Nest user's settings, in a spec: the test runner's globals are there too. */
+const compilerOptions: ts.CompilerOptions = { ...userCompilerOptions, types: ['node', 'jest'] };
 
 interface Block {
   /** The page, relative to the repository (README.md, docs/locks.md, ...). */
@@ -67,31 +54,6 @@ function typeScriptBlocks(page: string, markdown: string): Block[] {
     }
   });
   return blocks;
-}
-
-/** A project folder whose node_modules has this checkout as `nestjs-zk-lock` and its dependencies. */
-function makeProject(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'readme-examples-'));
-  writeFileSync(join(dir, 'package.json'), JSON.stringify({ type: 'module' }));
-  mkdirSync(join(dir, 'node_modules'));
-  for (const entry of readdirSync(join(repoRoot, 'node_modules'))) {
-    if (!entry.startsWith('.')) symlinkSync(join(repoRoot, 'node_modules', entry), join(dir, 'node_modules', entry));
-  }
-  symlinkSync(repoRoot, join(dir, 'node_modules', 'nestjs-zk-lock'));
-  return dir;
-}
-
-/** A program over the package's entry points: they must resolve (dist/ built), and it seeds the blocks' program. */
-function packageProgram(dir: string): ts.Program {
-  const probe = join(dir, 'probe.ts');
-  writeFileSync(probe, packageEntryPoints.map((entry, i) => `import * as entry${i} from '${entry}';`).join('\n'));
-  const program = ts.createProgram([probe], compilerOptions);
-  const checker = program.getTypeChecker();
-  for (const statement of program.getSourceFile(probe)!.statements) {
-    const specifier = (statement as ts.ImportDeclaration).moduleSpecifier as ts.StringLiteral;
-    if (!checker.getSymbolAtLocation(specifier)) throw new Error(`${specifier.text} does not resolve: build the package first (npm run build)`);
-  }
-  return program;
 }
 
 /** GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens. */
@@ -133,22 +95,11 @@ function linksOf(markdown: string): { line: number; target: string }[] {
   return links;
 }
 
-describe('README.md and docs/*.md', () => {
-  let dir: string;
-  beforeAll(() => {
-    dir = makeProject();
-  });
-  afterAll(() => rmSync(dir, { recursive: true, force: true }));
-
-  it('have TypeScript blocks that compile against the built package', () => {
-    const pages = markdownPages();
-    const blocks = pages.flatMap((page) => typeScriptBlocks(page, readFileSync(join(repoRoot, page), 'utf8')));
-    expect(blocks.length).toBeGreaterThan(0);
-    // every page with code has it checked: the README and at least one docs page
-    expect(new Set(blocks.map((block) => block.page)).size).toBeGreaterThan(1);
-
-    const probeProgram = packageProgram(dir);
-
+/** The type errors of `blocks` compiled in a project of `kind`, as `page:line: TSnnnn: message`. */
+function blockProblems(kind: (typeof MODULE_KINDS)[number], blocks: Block[]): string[] {
+  const dir = makePackageProject(kind);
+  try {
+    const probeProgram = packageProgram(dir, compilerOptions);
     const files = new Map<string, Block>();
     writeFileSync(join(dir, 'prelude.d.ts'), prelude);
     for (const block of blocks) {
@@ -156,17 +107,27 @@ describe('README.md and docs/*.md', () => {
       writeFileSync(file, `${block.code}\nexport {};\n`);
       files.set(file, block);
     }
-
     const program = ts.createProgram([join(dir, 'prelude.d.ts'), ...files.keys()], compilerOptions, undefined, probeProgram);
-    const problems = ts.getPreEmitDiagnostics(program).map((diagnostic) => {
-      const message = ts.flattenDiagnosticMessageText(diagnostic.messageText, '\n');
-      const block = diagnostic.file && files.get(diagnostic.file.fileName);
-      if (!diagnostic.file || diagnostic.start === undefined) return `TS${diagnostic.code}: ${message}`;
-      const { line } = diagnostic.file.getLineAndCharacterOfPosition(diagnostic.start);
-      const where = block ? `${block.page}:${block.firstLine + line}` : `${diagnostic.file.fileName}:${line + 1}`;
-      return `${where}: TS${diagnostic.code}: ${message}`;
+    return describeDiagnostics(ts.getPreEmitDiagnostics(program), (file, line) => {
+      const block = files.get(file.fileName);
+      return block ? `${block.page}:${block.firstLine + line}` : `${file.fileName}:${line + 1}`;
     });
-    expect(problems).toEqual([]);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+describe('README.md and docs/*.md', () => {
+  const blocks = () => markdownPages().flatMap((page) => typeScriptBlocks(page, readFileSync(join(repoRoot, page), 'utf8')));
+
+  it('have TypeScript blocks', () => {
+    expect(blocks().length).toBeGreaterThan(0);
+    // every page with code has it checked: the README and at least one docs page
+    expect(new Set(blocks().map((block) => block.page)).size).toBeGreaterThan(1);
+  });
+
+  it.each(MODULE_KINDS)('have TypeScript blocks that compile as pasted against the built package, in a project of type %s', (kind) => {
+    expect(blockProblems(kind, blocks())).toEqual([]);
   });
 
   it('have relative links that reach a file, and anchors that reach a heading', () => {

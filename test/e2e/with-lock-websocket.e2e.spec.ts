@@ -1,4 +1,4 @@
-import { Module, UseFilters, type INestApplication, type Type } from '@nestjs/common';
+import { Module, UseFilters, type INestApplication, type Provider, type Type } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { IoAdapter } from '@nestjs/platform-socket.io';
 import { WsAdapter } from '@nestjs/platform-ws';
@@ -13,16 +13,18 @@ import { ZkLockModule } from '../../lib/nest/zk-lock.module.js';
 import { closeAll, connect, nextEvent, zkConnectString } from '../support/helpers.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 
-// A real WebSocket gateway whose handlers are @WithLock, with ZkLockExceptionFilter registered as
-// docs/with-lock.md says (APP_FILTER) and bound to the gateway: a caller that meets a busy lock gets an
-// `exception` event with statusCode 409, one that meets an unreachable ZooKeeper 503, and the locked
-// sections of one key never overlap. On both of Nest's WebSocket platforms: socket.io (whose
-// `emit` reaches the client) and the native `ws` one (where an answer must be `send` as an
-// `{ event, data }` frame, as Nest's own BaseWsExceptionFilter does).
+// A real WebSocket gateway whose handlers are @WithLock, with ZkLockModule and nothing else
+// registered: a caller that meets a busy lock gets an `exception` event with statusCode 409, one
+// whose key ZooKeeper cannot take 400 (without the key echoed), one that meets an unreachable
+// ZooKeeper 503, each with its `reason`; the locked sections of one key never overlap. On both of
+// Nest's WebSocket platforms: socket.io (whose `emit` reaches the client) and the native `ws` one
+// (where an answer must be `send` as an `{ event, data }` frame, as Nest's own BaseWsExceptionFilter
+// does).
 //
 // Nest applies no global filter to gateways (@nestjs/websockets' ExceptionFiltersContext
-// .getGlobalMetadata() returns []), so APP_FILTER alone never reaches a @SubscribeMessage handler:
-// the gateway needs @UseFilters(ZkLockExceptionFilter), as docs/with-lock.md says. See the last case.
+// .getGlobalMetadata() returns []), so the module answers there with a global interceptor; the
+// last cases pin that, and that a gateway binding ZkLockExceptionFilter itself (as the docs once
+// said to) still gets one answer.
 
 interface Buy {
   seat: string;
@@ -52,7 +54,6 @@ const state = {
 };
 
 @WebSocketGateway()
-@UseFilters(ZkLockExceptionFilter)
 class SalesGateway {
   // @SubscribeMessage above @WithLock (it sets metadata on the wrapper); try once.
   @SubscribeMessage('buy')
@@ -81,9 +82,10 @@ class SalesGateway {
   }
 }
 
-/** The same try-once handler on a gateway that relies on the global registration (APP_FILTER) alone. */
+/** The same try-once handler on a gateway that binds the filter itself. */
 @WebSocketGateway()
-class GlobalFilterOnlyGateway {
+@UseFilters(ZkLockExceptionFilter)
+class OwnFilterGateway {
   @SubscribeMessage('buy')
   @WithLock((buy: Buy) => `seat:${buy.seat}`)
   async buy(@MessageBody() buy: Buy): Promise<WsResponse<Sold>> {
@@ -210,12 +212,13 @@ class NativeWsClient extends RecordingClient implements TestClient {
   }
 }
 
-const busy = { status: 'error', statusCode: 409, error: 'Conflict', message: 'The resource is busy; retry later', retryAfterSeconds: 1 };
+const busy = { status: 'error', statusCode: 409, error: 'Conflict', message: 'The resource is busy; retry later', reason: 'lock-timeout', retryAfterSeconds: 1 };
 const unavailable = {
   status: 'error',
   statusCode: 503,
   error: 'Service Unavailable',
   message: 'The lock service is unavailable; retry later',
+  reason: 'zookeeper-unavailable',
   retryAfterSeconds: 5,
 };
 const isException = (m: Received) => m.event === 'exception';
@@ -228,7 +231,7 @@ const platforms = [
 
 afterAll(closeAll);
 
-describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockExceptionFilter', (platform) => {
+describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockModule alone', (platform) => {
   const basePath = `/e2e-ws-${process.pid}-${platform.name.replace('.', '')}`;
   const clients: TestClient[] = [];
   const open = async (url: string) => {
@@ -240,10 +243,11 @@ describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockE
   async function start(
     lockModule: ReturnType<typeof ZkLockModule.forRoot>,
     gateway: Type<unknown> = SalesGateway,
+    providers: Provider[] = [],
   ): Promise<{ app: INestApplication; url: string }> {
     @Module({
       imports: [lockModule],
-      providers: [gateway, { provide: APP_FILTER, useClass: ZkLockExceptionFilter }],
+      providers: [gateway, ...providers],
     })
     class AppModule {}
     const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
@@ -301,6 +305,15 @@ describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockE
       bob.send('buy', { seat: 'A1', buyer: 'bob' });
       await bob.waitFor(boughtBy('bob'));
       expect(state.runs).toEqual(['alice', 'bob']);
+    }, 60_000);
+
+    it('a 5 000-character key gets an exception event with 400 that says why without echoing the key', async () => {
+      const frank = await open(url);
+      frank.send('buy', { seat: 'k'.repeat(5_000), buyer: 'frank' });
+      const exception = await frank.waitFor(isException, 10_000);
+      expect(exception.data).toMatchObject({ status: 'error', statusCode: 400, reason: 'invalid-lock-key', message: expect.stringMatching(/characters long \(at most 1024\)$/) });
+      expect(JSON.stringify(exception.data)).not.toContain('kkkk');
+      expect(state.runs).toEqual([]);
     }, 60_000);
 
     it('concurrent messages for one key that wait their turn run their critical sections one at a time', async () => {
@@ -363,32 +376,48 @@ describe.each(platforms)('@WithLock on a WebSocket gateway ($name), with ZkLockE
     }, 60_000);
   });
 
-  describe('the filter registered globally only (APP_FILTER), not on the gateway', () => {
-    let app: INestApplication;
-    let url: string;
-    beforeAll(async () => {
-      ({ app, url } = await start(ZkLockModule.forRoot({ connectString: zkConnectString(), basePath }), GlobalFilterOnlyGateway));
-    }, 30_000);
-    afterAll(async () => {
+  describe('answers once', () => {
+    let app: INestApplication | undefined;
+    afterEach(async () => {
       await app?.close();
+      app = undefined;
     });
 
-    // Pins Nest's behaviour, which is why SalesGateway carries @UseFilters: if this starts failing
-    // (Nest applies global filters to gateways), docs/with-lock.md can drop the @UseFilters advice.
-    it("does not reach the gateway: the busy caller gets Nest's generic exception, not a 409", async () => {
+    async function busyAnswer(url: string, seat: string): Promise<{ exception: Received; erin: TestClient }> {
       const [dave, erin] = [await open(url), await open(url)];
       const releaseDave = deferred();
-      state.gates.set('dave', releaseDave);
+      state.gates.set(`dave-${seat}`, releaseDave);
       const daveIn = deferred();
-      state.entered.set('dave', daveIn);
-      dave.send('buy', { seat: 'D1', buyer: 'dave' });
+      state.entered.set(`dave-${seat}`, daveIn);
+      dave.send('buy', { seat, buyer: `dave-${seat}` });
       await daveIn.promise;
-      erin.send('buy', { seat: 'D1', buyer: 'erin' });
+      erin.send('buy', { seat, buyer: `erin-${seat}` });
       const exception = await erin.waitFor(isException, 10_000);
-      expect(exception.data).toEqual({ status: 'error', message: 'Internal server error', cause: { pattern: 'buy', data: { seat: 'D1', buyer: 'erin' } } });
-      expect(state.runs).toEqual(['dave']);
       releaseDave.resolve();
-      await dave.waitFor(boughtBy('dave'));
+      await dave.waitFor(boughtBy(`dave-${seat}`));
+      return { exception, erin };
+    }
+
+    it('on a gateway that binds ZkLockExceptionFilter itself: one exception event', async () => {
+      let url: string;
+      ({ app, url } = await start(ZkLockModule.forRoot({ connectString: zkConnectString(), basePath }), OwnFilterGateway));
+      const { exception, erin } = await busyAnswer(url, 'D1');
+      expect(exception.data).toEqual(busy);
+      // One connection keeps its order: a second answer to the first message would come before this one's.
+      erin.send('buy', { seat: 'D1-free', buyer: 'erin-free' });
+      const sold = await erin.waitFor(boughtBy('erin-free'));
+      expect(erin.received).toEqual([exception, sold]);
+    }, 60_000);
+
+    // Pins Nest's behaviour, which is why the module answers gateways with an interceptor: if this
+    // starts failing (Nest applies global filters to gateways), the interceptor's WebSocket part can go.
+    it("with answerErrors: false, a ZkLockExceptionFilter registered as APP_FILTER does not reach the gateway: Nest's generic exception", async () => {
+      let url: string;
+      ({ app, url } = await start(ZkLockModule.forRoot({ connectString: zkConnectString(), basePath, answerErrors: false }), SalesGateway, [
+        { provide: APP_FILTER, useClass: ZkLockExceptionFilter },
+      ]));
+      const { exception } = await busyAnswer(url, 'D2');
+      expect(exception.data).toEqual({ status: 'error', message: 'Internal server error', cause: { pattern: 'buy', data: { seat: 'D2', buyer: 'erin-D2' } } });
     }, 60_000);
   });
 });

@@ -2,7 +2,7 @@ import { Controller, Get, Injectable, Module, type INestApplication, type Logger
 import { APP_FILTER } from '@nestjs/core';
 import { Cron } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
-import { ZkConnectError } from '../../lib/core/errors.js';
+import { SessionWaitAbortedError, ZkConnectError } from '../../lib/core/errors.js';
 import { ZkConnection } from '../../lib/core/connection/zk-connection.js';
 import { LockService } from '../../lib/nest/lock.service.js';
 import { WithLock } from '../../lib/nest/with-lock.decorator.js';
@@ -83,7 +83,11 @@ describe('ZkLockModule at startup', () => {
       // Booted without the session: the link is cut, so waiting for it would have failed the boot
       // (ZkConnectError after connectTimeoutMs). No clock bound: a loaded machine boots slowly.
       expect(app.get(ZkConnection).state).toBe('connecting');
-      expect(lines).toContainEqual(expect.stringContaining(`log Connecting to ZooKeeper at ${proxy.connectString} in the background`));
+      // Each call waits its waitMs for the session (the seat 200 ms), as the line says, then fails.
+      expect(lines).toContainEqual(
+        `log Connecting to ZooKeeper at ${proxy.connectString} in the background (waitForConnection: false); ` +
+          "until connected, each lock call waits up to its waitMs for the session, then fails with reason 'connection'",
+      );
 
       const refused = await fetch(`${started.url}/seats/take`);
       expect(refused.status).toBe(503);
@@ -93,16 +97,19 @@ describe('ZkLockModule at startup', () => {
       expect(job.runs).toBe(0);
       expect(lines).toContainEqual(expect.stringMatching(/^warn NightlyJob\.run: ZooKeeper is unavailable .*; skipped this run$/));
 
-      // inspect() waits for a connection; a signal bounds that.
+      // inspect() waits for a connection; a signal bounds that, and says so with a typed error.
       const locks = app.get(LockService);
-      await expect(locks.inspect({ signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
-      await expect(locks.inspect('startup-seat', { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ name: 'TimeoutError' });
+      for (const inspecting of [locks.inspect({ signal: AbortSignal.timeout(300) }), locks.inspect('startup-seat', { signal: AbortSignal.timeout(300) })]) {
+        const error = await inspecting.catch((e: unknown) => e);
+        expect(error).toBeInstanceOf(SessionWaitAbortedError);
+        expect(error).toMatchObject({ timedOut: true, cause: { name: 'TimeoutError' } });
+      }
 
       // Past connectTimeoutMs it still tries, and says why it cannot connect.
       await eventually(() => lines.some((l) => l.startsWith('warn Still connecting to ZooKeeper after')), 15_000);
       proxy.restore();
       await eventually(() => app!.get(ZkConnection).state === 'connected', 30_000);
-      expect(lines).toContainEqual(expect.stringMatching(/^log Connected to ZooKeeper /));
+      expect(lines).toContainEqual(expect.stringMatching(new RegExp(`^log Connected to ZooKeeper at ${proxy.connectString} \\(session 0x`)));
       const served = await fetch(`${started.url}/seats/take`);
       expect(served.status).toBe(200);
       expect(await served.text()).toBe('taken');

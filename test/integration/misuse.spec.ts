@@ -577,10 +577,11 @@ describe('closing the connection while callers wait', () => {
       new MultiLock([new Mutex(e, 'free', `${path}/free`), new Mutex(e, 'm', `${path}/m`)]).acquire(),
     ];
     for (const w of waiters) w.catch(() => undefined);
-    // mutex: the holder + one node for this process's 4 waiters (3 plus the multi-lock's, which
-    // wait in memory behind it); rw: writer + reader + writer; the semaphore's second waiter
-    // queues for its internal lock, the first waits for a lease.
-    await eventually(async () => (await childrenOf(observer, `${path}/m`)).length === 2, 20_000, 20);
+    // mutex: the holder + one node for this process's 3 plain waiters (they wait in memory behind
+    // it) + the multi-lock's own (it holds /free while it waits: its node says so, see
+    // docs/deadlocks.md); rw: writer + reader + writer; the semaphore's second waiter queues for
+    // its internal lock, the first waits for a lease.
+    await eventually(async () => (await childrenOf(observer, `${path}/m`)).length === 3, 20_000, 20);
     await eventually(async () => (await childrenOf(observer, `${path}/rw`)).length === 3, 20_000, 20);
     await eventually(async () => (await childrenOf(observer, `${path}/s/leases`)).length === 2, 20_000, 20);
 

@@ -22,14 +22,14 @@ export function refusedGrant(grantedMs: number, askedMs: number, newSession: boo
   );
 }
 
-/** The pause before a new session after one that was usable: holders want to re-acquire soon. */
+/** The pause before a new session after one that ended young (see ZkConnection.openSuccessor). */
 const FIRST_BACKOFF_MS = 50;
 const MAX_BACKOFF_MS = 5000;
 
 /**
  * How long to wait before opening a new session, after `endedUnusable` sessions in a row ended
- * (or were refused) before they were usable: 10–50 ms after a usable one, doubling with each
- * unusable one up to 5 s. Jittered (`random`, in [0, 1)) so that the clients of a whole fleet
+ * (or were refused) before they were usable, or lived less than their timeout: 20–100 ms after
+ * the first, doubling with each up to 5 s. Jittered (`random`, in [0, 1)) so that the clients of a whole fleet
  * whose sessions ended together do not all come back at once.
  */
 export function newSessionBackoffMs(endedUnusable: number, random: () => number): number {

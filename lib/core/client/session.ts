@@ -45,6 +45,31 @@ export interface SessionEvents {
   onConnecting(): void;
   /** The handle is closed for good: `code` is 0 (closed by us), -112 (expired) or -113 (auth failed). */
   onClosed(code: number): void;
+  /** A link attempt ended before the session was (re)attached on it, and why where the client can tell. */
+  onLinkFailed?(failure: LinkFailure): void;
+}
+
+/**
+ * Why a link attempt failed (see link-failure.ts, which tells them apart):
+ * - `tls-certificate`: the server's certificate did not verify (not signed by a CA we trust, expired...);
+ * - `tls-host-name`: the server's certificate is made out to another name;
+ * - `tls-client-certificate`: the server refused our client certificate, or wanted one;
+ * - `tls-protocol`: no TLS version or cipher both sides accept, or another handshake refusal;
+ * - `tls-no-answer`: the server closed the link during our TLS handshake without a TLS answer
+ *   (a port that does not speak TLS, or a server that is not serving);
+ * - `not-tls`: the server answered our TLS handshake with bytes that are not TLS;
+ * - `unanswered`: without TLS, the server closed the link after our session request without an
+ *   answer (a TLS port, or a server that is not serving);
+ * - `other`: the network (refused, timed out), or a reply we refused.
+ */
+export type LinkFailureKind = 'tls-certificate' | 'tls-host-name' | 'tls-client-certificate' | 'tls-protocol' | 'tls-no-answer' | 'not-tls' | 'unanswered' | 'other';
+
+export interface LinkFailure {
+  /** `host:port` as in the connect string. */
+  server: string;
+  kind: LinkFailureKind;
+  /** What to tell a user, without the server's name; undefined where the client can say nothing (the probe does). */
+  message: string | undefined;
 }
 
 export interface SessionInit {
@@ -117,6 +142,11 @@ export interface ZkSession {
   unansweredForMs(): number;
   /** Why the latest link attempt failed, where the client can tell (e.g. a TLS refusal); cleared by a handshake. */
   readonly lastLinkError?: string;
+  /**
+   * `host:port` of the server the session's link is connected to, or was last connected to (for
+   * log lines); undefined before the first handshake, and where the client cannot tell.
+   */
+  readonly server?: string;
 }
 
 export interface WriteOptions {

@@ -2,6 +2,7 @@ import type { ConnectionOptions as NodeTlsOptions } from 'node:tls';
 import { InvalidOptionError } from '../errors.js';
 import { describe, positiveInteger } from '../validation.js';
 import { validateZkPath } from '../paths.js';
+import { validateTlsOptions } from './tls-options.js';
 import { DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, FRAME_LENGTH_CAP } from '../client/wire/frames.js';
 
 /** Digest (or other scheme) credentials, sent with addAuth on every session. */
@@ -82,6 +83,11 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
   if (typeof connectString !== 'string' || connectString.trim() === '') {
     throw new InvalidOptionError('connectString', 'expected a non-empty "host:port[,host:port...]" string');
   }
+  // A URL's scheme (zk://, as some tools write it) is not part of a connect string.
+  const scheme = /^\s*([a-z][a-z0-9+.-]*):\/\//i.exec(connectString);
+  if (scheme) {
+    throw new InvalidOptionError('connectString', `drop the "${scheme[1]}://": a connect string is "host:port[,host:port...]", with no scheme`);
+  }
   // The C client also accepts a chroot suffix on the connect string; we keep one way: the option.
   const slash = connectString.indexOf('/');
   if (slash >= 0) {
@@ -137,6 +143,7 @@ export function resolveConnectionOptions(options: ZkConnectionOptions): Resolved
   if (tls !== undefined && client === 'addon') {
     throw new InvalidOptionError('tls', 'the zookeeper addon (client: "addon") has no TLS; use the default client');
   }
+  if (tls !== undefined) validateTlsOptions(tls);
   // Not below what the server reads: every reply to a write we send fits in it.
   const maxReplyBytes = positiveInteger(options.maxReplyBytes, 'maxReplyBytes', DEFAULT_MAX_REPLY_BYTES, DEFAULT_MAX_FRAME_BYTES, FRAME_LENGTH_CAP);
   if (options.maxReplyBytes !== undefined && client === 'addon') {

@@ -2,13 +2,15 @@ import { EventEmitter } from 'node:events';
 import { ConnectionClosedError, ZkConnectError } from '../errors.js';
 import { resolveConnectionOptions, type ResolvedConnectionOptions, type ZkConnectionOptions } from './connection-options.js';
 import { nativeSessionFactory } from '../client/addon-session.js';
-import { type ZkSession, type ZkSessionFactory } from '../client/session.js';
+import { type LinkFailure, type ZkSession, type ZkSessionFactory } from '../client/session.js';
 import { wireSessionFactoryWith } from '../client/wire/session.js';
+import { isCertificateFailure, isTlsFailure } from '../client/wire/link-failure.js';
 import { ZkCode } from '../client/zk-error.js';
 import { publish } from '../diagnostics.js';
 import { probeHosts } from './host-probe.js';
 import { newSessionBackoffMs, refusedGrant } from '../client/session-opening.js';
-import { systemClock, type Clock, type ClockTimer } from '../clock.js';
+import { sleep, systemClock, type Clock, type ClockTimer } from '../clock.js';
+import { reportLagMs } from '../client/session-bookkeeping.js';
 
 import type { ConnectionState, SessionLostReason } from './connection-state.js';
 export type { ConnectionState, SessionLostReason } from './connection-state.js';
@@ -118,7 +120,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * When the link last came up (counted as connected) and went down (clock time), and how
+   * @internal When the link last came up (counted as connected) and went down (clock time), and how
    * long its oldest request had gone unanswered then: for a deadline whose timer ran late.
    */
   readonly links = { upAt: Infinity, downAt: -Infinity, unansweredAtDown: 0 };
@@ -148,7 +150,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
 
   /**
-   * Declares the session lost now if its deadline (less the margin) has passed: a synchronous
+   * @internal Declares the session lost now if its deadline (less the margin) has passed: a synchronous
    * check for code that resumes after the event loop was blocked, before the deadline timer ran.
    * Returns false when the session is lost (or there is none).
    */
@@ -172,9 +174,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    * probe) and closes. Calling it again returns the same promise.
    */
   connect(): Promise<void> {
+    // A connect begun in the background keeps no process alive (nor does waiting for it here).
+    if (this.firstConnect && this.connectingInBackground) return this.firstConnect;
     this.firstConnect ??= this.openFirstSession();
     return this.keepAliveUntilSettled(this.firstConnect);
   }
+  private connectingInBackground = false;
 
   /**
    * Opens the first session in the background and returns at once: it keeps trying, with no
@@ -183,13 +188,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
    */
   connectInBackground(): void {
     if (this.firstConnect) return;
+    this.connectingInBackground = true;
     this.start(FIRST_PROBE_MS);
     // Not a pending call: a process with nothing else to do may exit while this keeps trying.
     this.firstConnect = this.untilConnected().then(() => undefined);
     this.firstConnect.catch(() => undefined); // closed before it connected: nobody is waiting
   }
 
-  /** Why the connection closed before its first session was usable (auth, chroot), if it did. */
+  /** Why the connection closed before its first session was usable (auth, chroot, a certificate), if it did. */
   get failure(): ZkConnectError | undefined {
     return this.failed;
   }
@@ -205,12 +211,14 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     const started = this.clock.now();
     const round = async () => {
       if (this.currentState !== 'connecting') return;
-      const problems = await probeHosts(this.options.hosts);
+      const results = await probeHosts(this.options.hosts, { failures: this.linkFailures, clock: this.clock });
       if (this.currentState !== 'connecting') return;
-      // What the session itself last met on a link (a TLS refusal, say), which a plain probe cannot see.
+      const problems = results.map((r) => `${r.server}: ${r.said}`);
+      // What the session itself last met on a link (a refusal, say), unless said above already.
       const linkError = this.current?.lastLinkError ?? this.refusal;
-      if (linkError) problems.push(`last attempt: ${linkError}`);
+      if (linkError && !problems.includes(linkError)) problems.push(`last attempt: ${linkError}`);
       this.lastProbe = problems;
+      this.otherProtocol = new Set(results.filter((r) => r.otherProtocol).map((r) => r.server));
       this.emit('unreachable', problems, Math.round(this.clock.now() - started));
       this.probeTimer = this.clock.setTimeout(round, PROBE_EVERY_MS).unref();
     };
@@ -218,6 +226,32 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   }
   private probeTimer: ClockTimer | undefined;
   private lastProbe: string[] | undefined;
+  /** The servers whose port the last probe found to speak the other protocol (TLS or plain). */
+  private otherProtocol = new Set<string>();
+  /** The latest failure of a link attempt to each server (`host:port`), until the first session is usable. */
+  private readonly linkFailures = new Map<string, LinkFailure>();
+  /** Ends the first connect() early (every server refused a certificate); set while it runs. */
+  private stopFirstConnect: ((error: ZkConnectError) => void) | undefined;
+
+  /**
+   * A link attempt failed before the first session was usable. Once every server failed the TLS
+   * handshake for a certificate (retrying does not mend a certificate), connect() fails at once;
+   * any other failure is retried until connectTimeoutMs, as is everything in connectInBackground().
+   */
+  private linkFailed(failure: LinkFailure): void {
+    if (this.currentState !== 'connecting') return;
+    this.linkFailures.set(failure.server, failure);
+    const failures = this.options.hosts.map((server) => this.linkFailures.get(server));
+    if (!this.stopFirstConnect || !failures.every((f) => f !== undefined && isCertificateFailure(f.kind))) return;
+    const said = failures.map((f) => `${f!.server}: ${f!.message}`).join('; ');
+    this.failed = new ZkConnectError(this.description, 'tls', `no server passed the TLS handshake, for a certificate reason that retrying does not mend: ${said}`);
+    this.stopFirstConnect(this.failed);
+  }
+
+  /** Whether TLS failed on every server, or the port speaks the other protocol: the reason of a connect that timed out. */
+  private get tlsFailedEverywhere(): boolean {
+    return this.options.hosts.every((server) => this.otherProtocol.has(server) || isTlsFailure(this.linkFailures.get(server)?.kind ?? 'other'));
+  }
 
   private watchdog: ClockTimer | undefined;
   /** The heartbeats of the current session's link: when the last went out, and how many are unanswered. */
@@ -228,7 +262,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private keepAliveTimer: ClockTimer | undefined;
 
   /**
-   * Keeps the process alive until `work` settles, as a pending socket read would: while
+   * @internal Keeps the process alive until `work` settles, as a pending socket read would: while
    * disconnected the session holds no socket and every timer of the client is unref'd, so a
    * script awaiting a release or an acquire while ZooKeeper is away would otherwise exit (code 13)
    * in the middle of the call. Every call a user awaits (connection, engine, recipes, leases) goes
@@ -305,10 +339,13 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       await Promise.race([
         this.untilConnected(),
         new Promise<never>((_, reject) => {
+          this.stopFirstConnect = reject;
           timer = this.clock.setTimeout(() => {
             // What the servers answered to the last probe, if one finished in time (never waits for one).
             const problems = this.lastProbe ? `: ${this.lastProbe.join('; ')}` : '';
-            reject(new ZkConnectError(this.description, 'unreachable', `no server answered within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
+            const tls = this.tlsFailedEverywhere;
+            const what = tls ? 'no session came up' : 'no server answered';
+            reject(new ZkConnectError(this.description, tls ? 'tls' : 'unreachable', `${what} within connectTimeoutMs (${connectTimeoutMs} ms)${problems}`));
           }, connectTimeoutMs);
         }),
       ]);
@@ -317,6 +354,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       if (error instanceof ConnectionClosedError && this.failed) throw this.failed;
       throw error;
     } finally {
+      this.stopFirstConnect = undefined;
       this.clock.clearTimeout(timer);
     }
   }
@@ -324,7 +362,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   /** Sessions that were connected at least once (only their end is a loss). */
   private readonly connectedSessions = new WeakSet<ZkSession>();
 
-  /** Set when a session fails for a reason worth reporting (auth, chroot) before the first connect. */
+  /** Set when a session fails for a reason worth reporting (auth, chroot, a certificate) before the first connect. */
   private failed: ZkConnectError | undefined;
 
   private openSession(): ZkSession {
@@ -359,6 +397,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
           if (!isCurrent() || !everConnected) return;
           this.suspend(session);
         },
+        onLinkFailed: (failure) => isCurrent() && this.linkFailed(failure),
         onClosed: (code) => {
           if (!isCurrent()) return;
           if (code === AUTH_FAILED_STATE) {
@@ -387,6 +426,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
         await this.close();
         return;
       }
+      await this.freshenDeadline(session);
     } catch (error) {
       if (!isCurrent()) return;
       const code = (error as { code?: number }).code;
@@ -403,9 +443,28 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     if (!isCurrent()) return;
     this.usableSince = { at: this.clock.now(), timeoutMs: session.timeoutMs };
     this.refusal = undefined;
+    this.linkFailures.clear();
     this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);
+  }
+
+  /**
+   * A session whose deadline is behind it (or nearly) as it comes up counts as usable only once
+   * answers move it: the C client writes its ConnectRequest out of our sight, so a new session's
+   * bound is its handle's creation, past after an outage longer than the timeout. A sync's answer
+   * moves the bound to the send time of a request answered a report's time before that sync was
+   * sent (see RequestClock): a few syncs that far apart do. A session whose bound is ahead by more
+   * than that (ours, counted from the ConnectRequest, unless its answer came very late) sends none.
+   */
+  private async freshenDeadline(session: ZkSession): Promise<void> {
+    // Ahead by a report's time: the heartbeats' answers move it before it comes.
+    const lag = () => reportLagMs(this.options.serverTickTimeMs, session.timeoutMs);
+    const ahead = () => session.deadline - lossMarginMs(session.timeoutMs) - this.clock.now() > lag();
+    for (let tries = 0; tries < 4 && !ahead() && !session.isClosed; tries++) {
+      await session.sync('/');
+      await sleep(this.clock, lag());
+    }
   }
 
   /** (Re)arms the deadline timer of `session`; when it fires with no fresher answer, the session is lost. */
@@ -434,7 +493,7 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private linkUpRuns = 0;
 
   /**
-   * Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
+   * @internal Calls `run` once `session`'s link is up (at once, in a later turn, if it is), so that what it
    * asks goes out before the sync that confirms the link is answered, and is answered before the
    * connection counts as connected again: for a watch whose request failed when the link dropped,
    * which the confirmation must not overtake. Never if the session ends first.
@@ -577,9 +636,9 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
   private successorTimer: ClockTimer | undefined;
 
   /**
-   * The current session ended: the next one opens after a pause with jitter (no session is current
-   * meanwhile), tens of ms after a usable one, growing while they end unusable (a server that
-   * expires every new session must not get thousands of them a second).
+   * The current session ended: the next one opens at once after a session that lived its timeout,
+   * else after a pause with jitter (no session is current meanwhile) that grows while sessions end
+   * young (a server that expires every new session must not get thousands of them a second).
    */
   private openSuccessor(): void {
     // A session lost within its own timeout of becoming usable counts as unusable: a server that
@@ -587,6 +646,12 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
     // few milliseconds either.
     const lived = this.usableSince !== undefined && this.clock.now() - this.usableSince.at >= this.usableSince.timeoutMs;
     this.unusableInARow = lived ? 0 : this.unusableInARow + 1;
+    // After a session that lived, the next one opens at once: its holders want to take their locks
+    // again, and a caller right after the loss finds a session coming up.
+    if (lived) {
+      this.openSession();
+      return;
+    }
     this.current = undefined;
     this.generation++;
     this.successorTimer = this.clock.setTimeout(() => {

@@ -1,4 +1,4 @@
-import type { Lease } from './lease.js';
+import { onLeaseEnd, type Lease } from './lease.js';
 
 /**
  * Re-entrancy: one underlying lease shared by nested acquisitions of the same call chain. Each
@@ -25,7 +25,8 @@ export class ReentrantHandle implements Lease {
   private released = false;
 
   constructor(
-    private readonly root: Lease,
+    /** @internal The lease shared by the nested acquisitions. */
+    readonly root: Lease,
     private readonly counter: CountedLease,
   ) {}
 
@@ -56,7 +57,26 @@ export class ReentrantHandle implements Lease {
   release(): Promise<void> {
     if (this.released) return Promise.resolve();
     this.released = true;
+    const listeners = this.endListeners;
+    this.endListeners = undefined;
+    for (const listener of listeners ?? []) listener();
     return this.counter.releaseOne();
+  }
+
+  private endListeners: Set<() => void> | undefined;
+
+  /** @internal Calls `listener` when this handle is released or its hold ends (see onLeaseEnd). */
+  whenEnded(listener: () => void): () => void {
+    if (this.released) {
+      listener();
+      return () => undefined;
+    }
+    (this.endListeners ??= new Set()).add(listener);
+    const offRoot = onLeaseEnd(this.root, listener);
+    return () => {
+      this.endListeners?.delete(listener);
+      offRoot();
+    };
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

@@ -7,6 +7,7 @@ import { parentOf } from '../paths.js';
 import { isRevokeRequest } from '../operations/holder-data.js';
 import type { Revocable } from '../recipes/revocation.js';
 import type { Clock, ClockTimer } from '../clock.js';
+import type { HoldTrace } from '../tracing.js';
 
 /**
  * A held lock (or one semaphore lease). Release it exactly when done; releasing twice, or after
@@ -70,6 +71,8 @@ export abstract class HeldLease implements Lease {
   /** Settles once loss detection is in place (e.g. the watch's reply came). */
   private armed: Promise<boolean> | undefined;
   private readonly leaseTimer: ClockTimer | undefined;
+  /** @internal The hold's span while tracing: ends with the lease. */
+  hold: HoldTrace | undefined;
 
   constructor(
     readonly name: string,
@@ -177,8 +180,34 @@ export abstract class HeldLease implements Lease {
   protected end(reason: LockLostReason | 'released'): void {
     this.ended = true;
     this.clock.clearTimeout(this.leaseTimer);
+    this.hold?.end(reason);
     this.options.onEnd?.(reason);
+    const listeners = this.endListeners;
+    this.endListeners = undefined;
+    for (const listener of listeners ?? []) listener();
   }
+
+  /** Made by the first whenEnded (a nested wait recording this lease in its `holds`). */
+  private endListeners: Set<() => void> | undefined;
+
+  /** @internal Calls `listener` once the lease ends (released or lost); returns what stops that. */
+  whenEnded(listener: () => void): () => void {
+    if (this.ended) {
+      listener();
+      return () => undefined;
+    }
+    (this.endListeners ??= new Set()).add(listener);
+    return () => this.endListeners?.delete(listener);
+  }
+}
+
+/**
+ * @internal Calls `listener` when `lease` is no longer held (released or lost; maybe more than
+ * once); returns what stops that. A lease that cannot tell never calls it.
+ */
+export function onLeaseEnd(lease: Lease, listener: () => void): () => void {
+  const watchable = lease as Partial<Pick<HeldLease, 'whenEnded'>>;
+  return typeof watchable.whenEnded === 'function' ? watchable.whenEnded(listener) : () => undefined;
 }
 
 /** A lease over one node of ours; tells its holder when the node or its session goes away. */

@@ -26,15 +26,29 @@ export const LockContext = {
   current(): LockContextValue | undefined {
     return storage.getStore()?.current;
   },
-  /** The lease this call chain holds under `key` (a recipe's path and kind), if any. */
-  heldByChain(key: string): Lease | undefined {
-    return storage.getStore()?.byKey.get(key);
-  },
-  /** Runs `fn` with `lease` recorded as held under `key` by the call chain it starts. */
-  run<T>(key: string, lease: Lease, fn: () => T): T {
-    const outer = storage.getStore();
-    const byKey = new Map(outer?.byKey);
-    byKey.set(key, lease);
-    return storage.run({ byKey, current: lease }, fn);
-  },
 };
+
+/** @internal The lease this call chain holds under `key` (a recipe's path and kind), if any. */
+export function heldByChain(key: string): Lease | undefined {
+  return storage.getStore()?.byKey.get(key);
+}
+
+/**
+ * @internal The leases this call chain still holds under keys starting with `prefix` (one
+ * engine's locks): a nested acquire waits while holding them.
+ */
+export function leasesHeldByChain(prefix: string): Lease[] {
+  const scope = storage.getStore();
+  if (!scope) return [];
+  const held: Lease[] = [];
+  for (const [key, lease] of scope.byKey) if (key.startsWith(prefix) && lease.isHeld) held.push(lease);
+  return held;
+}
+
+/** @internal Runs `fn` with `lease` recorded as held under `key` by the call chain it starts. */
+export function runInLockContext<T>(key: string, lease: Lease, fn: () => T): T {
+  const outer = storage.getStore();
+  const byKey = new Map(outer?.byKey);
+  byKey.set(key, lease);
+  return storage.run({ byKey, current: lease }, fn);
+}

@@ -10,7 +10,20 @@ export interface HolderInfo {
   instance?: string;
   /** ISO time the node was created. */
   createdAt: string;
+  /**
+   * W3C trace context of the acquire that made the node, while tracing (docs/tracing.md): the
+   * span that waiters behind this node link to.
+   */
+  traceparent?: string;
+  /**
+   * The locks (paths) its call chain held when this node was made to wait here (a nested
+   * acquire): what deadlock detection reads (docs/deadlocks.md). Absent when it held none.
+   */
+  holds?: string[];
 }
+
+/** What one acquire adds to its node's data (merged into the JSON): its trace context, the locks its chain holds. */
+export type HolderExtra = Pick<HolderInfo, 'traceparent' | 'holds'>;
 
 export interface HolderIdentity {
   app?: string;
@@ -24,15 +37,18 @@ let host: string | undefined;
  * time changes, so the rest is serialised once, and the whole once per millisecond: this runs on
  * every acquire, and many keys acquired at once share the millisecond. The buffer is shared by
  * the nodes made in that millisecond: it is never written to (the client copies it into the request).
+ * An acquire's `extra` (its `traceparent`, a nested acquire's `holds`) is merged in, for that node alone.
  */
-export function holderDataWriter(identity: HolderIdentity): () => Buffer {
+export function holderDataWriter(identity: HolderIdentity): (extra?: HolderExtra) => Buffer {
   host ??= hostname(); // a system call; the host does not change under a running process
   const fixed = JSON.stringify({ host, pid: process.pid, ...identity, createdAt: '' });
   const head = fixed.slice(0, -3); // up to `"createdAt":`, without `""}`
   let at = NaN;
   let data = Buffer.alloc(0);
-  return () => {
+  return (extra) => {
     const now = Date.now();
+    const more = extra ? JSON.stringify(extra).slice(1, -1) : ''; // its fields, without the braces
+    if (more) return Buffer.from(`${head}"${new Date(now).toISOString()}",${more}}`);
     if (now !== at) {
       at = now;
       data = Buffer.from(`${head}"${new Date(now).toISOString()}"}`);

@@ -140,6 +140,7 @@ const UNANSWERED_MS = 1_000;
 
 /** The error of an acquire that gave up, with the same text wherever it is made. */
 export function notAcquiredError(lockName: string, reason: NotAcquiredReason, tryOnce: boolean, cause?: unknown): LockNotAcquiredError {
+  if (reason === 'deadlock' && cause instanceof LockNotAcquiredError) return cause; // the DeadlockError naming the cycle
   const name = JSON.stringify(lockName);
   const detail =
     reason === 'timeout'

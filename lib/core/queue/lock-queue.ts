@@ -9,6 +9,8 @@ import type { Created, Listing } from '../operations/zk-operations.js';
 import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import type { WatchEventType, ZkSession } from '../client/session.js';
 import { sleep, type Clock, type ClockTimer } from '../clock.js';
+import type { AcquireTrace } from '../tracing.js';
+import type { HolderExtra } from '../operations/holder-data.js';
 
 /** What a recipe decides from the sorted children of its queue. */
 export type Verdict =
@@ -62,6 +64,29 @@ export interface QueueOptions extends AcquireOptions {
   session?: ZkSession;
   /** Receives a function that gives the acquire up (like an abort; cheaper than an AbortSignal). */
   onCancellable?: (cancel: () => void) => void;
+  /** The acquire's span while tracing: its context goes into our node's data, its links to the nodes we wait behind. */
+  trace?: AcquireTrace;
+  /** The caller's call chain holds other locks: its node says which, and its wait looks for cycles. */
+  nested?: NestedWait;
+}
+
+/** A wait whose call chain holds other locks, while it waits: what deadlock detection starts from. */
+export interface HoldingWait {
+  readonly session: ZkSession;
+  /** Our waiting node (its parent is the lock waited for). */
+  readonly node: string;
+  /** The lock paths the call chain holds. */
+  readonly holds: readonly string[];
+}
+
+/** A wait whose call chain holds other locks (see deadlocks.ts). */
+export interface NestedWait {
+  /** The lock paths the chain still holds, written into each node made (as `holds`). */
+  holds(): readonly string[];
+  /** Calls `changed` when a lease behind `holds` ends (the node's `holds` is then wrong); returns what stops that. */
+  onHoldsChanged(changed: () => void): () => void;
+  /** Looks for a cycle of waits through our node: resolves with the error that ends the wait, if any. */
+  check(wait: HoldingWait): Promise<Error | undefined>;
 }
 
 /** A node that holds its place at the head of a queue. */
@@ -109,6 +134,14 @@ class QueueWaiter {
   private losses = 0;
   private readonly pinned: ZkSession | undefined;
   private contended = false;
+  private readonly trace: AcquireTrace | undefined;
+  private readonly nested: NestedWait | undefined;
+  /** A lease behind our node's `holds` ended since the node was made. */
+  private holdsChanged = false;
+  /** Our current node and what its data says we hold. */
+  private node: { path: string; holds: readonly string[] } | undefined;
+  /** The node whose wait was searched for a cycle (once per node: the wait that closes a cycle is made last). */
+  private checkedNode: string | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -118,6 +151,9 @@ class QueueWaiter {
     this.tryOnce = options.waitMs === 0;
     this.pinned = options.session;
     this.barge = options.fair === false;
+    this.trace = options.trace;
+    // A try-once never waits, and a barging waiter keeps no node while it does: neither is seen in a cycle.
+    this.nested = this.tryOnce || this.barge ? undefined : options.nested;
     this.cancellation = new Cancellation(engine, options, () => {
       this.wake?.();
       for (const cancel of [...this.cancelHooks]) cancel();
@@ -126,6 +162,10 @@ class QueueWaiter {
   }
 
   async run(): Promise<QueueEntry> {
+    const stopWatchingHolds = this.nested?.onHoldsChanged(() => {
+      this.holdsChanged = true;
+      this.wake?.();
+    });
     try {
       for (;;) {
         // Connected: the create goes out in this task, not after another turn of the microtask queue.
@@ -144,6 +184,7 @@ class QueueWaiter {
       if (error === CANCELLED || error instanceof ConnectionClosedError) throw this.cancellation.notAcquired(this.spec.lockName, this.tryOnce);
       throw error;
     } finally {
+      stopWatchingHolds?.();
       this.stopOwnWatch();
       this.cancellation.dispose();
     }
@@ -170,11 +211,13 @@ class QueueWaiter {
     const { shortcut } = this.engine.ops;
     // Where our node was alone when we last released it, its number may prove it alone again.
     const expected = fixedSuffix === undefined ? shortcut.expect(session, parentPath) : undefined;
+    this.holdsChanged = false;
+    const holds = this.nested?.holds() ?? [];
     const created = this.engine.ops.createProtected(session, {
       parentPath,
       prefix,
       name: nodeName + (fixedSuffix ?? ''),
-      data: this.spec.data?.() ?? this.engine.nodeData(),
+      data: this.spec.data?.() ?? this.engine.nodeData(nodeExtra(this.trace?.nodeData, holds)),
       sequential: fixedSuffix === undefined,
       list: expected === undefined || expected.list,
     });
@@ -184,6 +227,7 @@ class QueueWaiter {
       const first = await this.untilCancelled(created);
       if (!first) return undefined; // session gone before the node was surely made
       ({ path, listing } = first);
+      this.node = { path, holds };
       const name = path.slice(parentPath.length + 1);
       if (expected && !listing && !expected.release.deleted) await this.untilCancelled(expected.release.settled);
       const proven = expected && shortcut.confirm(expected, name, sequenceOf(name));
@@ -202,6 +246,7 @@ class QueueWaiter {
           this.cancellation.settle({ reason: 'timeout' });
           throw CANCELLED;
         }
+        this.trace?.waiting(index);
         if (!this.contended && !this.spec.silent) {
           this.contended = true;
           const { lockName, parentPath, kind, lockPath } = this.spec;
@@ -219,7 +264,9 @@ class QueueWaiter {
           await this.untilCancelled(sleep(clock, clock.random() * Math.min(2 ** this.losses, 64)));
           return undefined;
         }
-        const next = await this.waitFor(session, path, verdict);
+        const next = await this.waitHolding(session, path, verdict);
+        // What our node says we hold is no longer so (a lease ended): make it again with what is.
+        if (this.holdsChanged && holds.length > 0 && next !== 'holds' && next !== 'gone') return this.abandon(session, path);
         if (next === 'holds') return this.held(session, path, name, listing);
         if (next === 'gone') return this.abandon(session, path);
         listing = next === 'relist' ? undefined : next;
@@ -229,6 +276,36 @@ class QueueWaiter {
       this.cleanup = path ? this.engine.ops.deleteGuaranteed(session, path) : this.cleanUpCreate(session, created, prefix);
       this.engine.background(this.cleanup);
       throw error;
+    }
+  }
+
+  /** waitFor, searching once for a cycle of waits through our node when its call chain holds other locks. */
+  private async waitHolding(
+    session: ZkSession,
+    path: string,
+    verdict: Extract<Verdict, { holds: false }>,
+  ): Promise<'holds' | 'relist' | 'gone' | Listing> {
+    const holds = this.node?.path === path ? this.node.holds : [];
+    if (!this.nested || holds.length === 0) return this.waitFor(session, path, verdict);
+    if (this.holdsChanged) return 'relist'; // a lease ended before we slept: the node is made again
+    const wait: HoldingWait = { session, node: path, holds };
+    this.engine.holdingWaits.add(wait);
+    if (this.checkedNode !== path) {
+      this.checkedNode = path;
+      this.nested.check(wait).then(
+        (error) => {
+          // Only ever ends the wait of the node it looked at, as any give-up does: never grants.
+          if (error && this.node?.path === path) this.cancellation.settle({ reason: 'deadlock', error });
+        },
+        () => {
+          if (this.checkedNode === path) this.checkedNode = undefined; // look again after the next wake
+        },
+      );
+    }
+    try {
+      return await this.waitFor(session, path, verdict);
+    } finally {
+      this.engine.holdingWaits.delete(wait);
     }
   }
 
@@ -315,7 +392,9 @@ class QueueWaiter {
       try {
         if ('watch' in verdict) {
           watched = joinPath(this.spec.parentPath, verdict.watch);
-          await this.untilCancelled(this.engine.ops.watchNode(session, watched, listener));
+          const { data } = await this.untilCancelled(this.engine.ops.watchNode(session, watched, listener));
+          // The read that sets the watch brings the node's holder data: who we wait behind.
+          this.trace?.watching(verdict.watch, data);
         } else {
           watched = this.spec.parentPath;
           const { children, stat } = await this.untilCancelled(this.engine.ops.watchChildren(session, watched, listener));
@@ -385,4 +464,10 @@ async function settleWithin(clock: Clock, work: Promise<unknown>, ms: number): P
   let timer: ClockTimer | undefined;
   await Promise.race([work.catch(() => undefined), new Promise<void>((resolve) => (timer = clock.setTimeout(resolve, ms)))]);
   clock.clearTimeout(timer);
+}
+
+/** What our node's data adds for this acquire: its trace context, the locks its chain holds (none: undefined, the shared buffer). */
+function nodeExtra(trace: HolderExtra | undefined, holds: readonly string[]): HolderExtra | undefined {
+  if (holds.length === 0) return trace;
+  return { ...trace, holds: [...holds] };
 }

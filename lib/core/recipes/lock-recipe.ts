@@ -6,9 +6,29 @@ import { publish } from '../diagnostics.js';
 import { validateAcquireOptions, type AcquireOptions } from '../queue/acquire-options.js';
 import { notAcquiredError } from '../queue/cancellation.js';
 import type { LockEngine } from '../lock-engine.js';
-import { LockContext } from '../leases/lock-context.js';
-import type { Lease } from '../leases/lease.js';
+import { heldByChain, leasesHeldByChain, runInLockContext } from '../leases/lock-context.js';
+import { HeldLease, type Lease } from '../leases/lease.js';
+import { LeaseGroup } from '../leases/multi-lease.js';
+import { startAcquireTrace, tracingUsed, type AcquireTrace, type HoldTrace } from '../tracing.js';
 import type { Revocable } from './revocation.js';
+import type { Clock } from '../clock.js';
+
+/**
+ * What an acquire brings to a recipe's acquireNew besides the caller's options: its span
+ * while tracing (for the queue, see QueueOptions.trace), and the other locks of this engine the
+ * caller's call chain holds (none for a try-once, which never waits): a nested acquire, whose
+ * wait may close a cycle of waits (see deadlocks.ts).
+ */
+export interface AcquireCall {
+  trace: AcquireTrace | undefined;
+  held: readonly Lease[];
+}
+
+/** @internal What a recipe passes to another's acquire besides the caller's options. */
+export interface InternalAcquireOptions extends AcquireOptions {
+  /** The span of the acquire this one is part of (a semaphore's internal lock): its node carries that context. */
+  trace?: AcquireTrace;
+}
 
 /** What every lock kind offers (mutex, read/write halves, semaphore, multi-lock). @publicApi */
 export interface Lockable {
@@ -21,8 +41,10 @@ export interface Lockable {
   tryAcquire(): Promise<Lease | null>;
   /** Acquires, runs `fn` with the lease (re-entrant inside it), releases in `finally`. */
   withLock<T>(fn: (lease: Lease) => T | Promise<T>, options?: AcquireOptions): Promise<T>;
-  /** Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
+  /** @internal Runs `fn` with `lease` (from this lock's acquire) recorded as held by the call chain it starts. */
   runHolding<T>(lease: Lease, fn: () => T): T;
+  /** @internal The clock its waits run on (its connection's). */
+  readonly clock?: Clock;
 }
 
 /**
@@ -31,6 +53,11 @@ export interface Lockable {
  */
 export abstract class LockRecipe implements Lockable {
   abstract readonly kind: string;
+
+  /** @internal */
+  get clock(): Clock {
+    return this.engine.connection.clock;
+  }
 
   constructor(
     protected readonly engine: LockEngine,
@@ -53,10 +80,10 @@ export abstract class LockRecipe implements Lockable {
     return { leaseMs, revocable, kind: this.kind, lockPath: this.path, silent: this.silent, releaseInBackground };
   }
 
-  /** Called inside acquireLease's try: a synchronous throw counts as a rejection. */
-  protected abstract acquireNew(options: AcquireOptions): Promise<Lease>;
+  /** Takes a fresh hold (see AcquireCall). Called inside acquireLease's try: a synchronous throw counts as a rejection. */
+  protected abstract acquireNew(options: AcquireOptions, call: AcquireCall): Promise<Lease>;
 
-  /** The key under which a call chain's hold on this lock is recorded (per connection). */
+  /** @internal The key under which a call chain's hold on this lock is recorded (per connection). */
   get contextKey(): string {
     return this.keyFor(this.kind);
   }
@@ -73,15 +100,18 @@ export abstract class LockRecipe implements Lockable {
   private async acquireLease(options: AcquireOptions): Promise<Lease> {
     validateAcquireOptions(options);
     if (this.reentrant) {
-      const held = LockContext.heldByChain(this.contextKey);
+      const held = heldByChain(this.contextKey);
       if (held instanceof ReentrantHandle && held.isHeld && this.owns(held)) return held.reenter();
     }
     const { clock } = this.engine.connection;
     const started = clock.now();
     if (!this.silent) publish('acquireStart', () => ({ name: this.name, path: this.path, lockPath: this.path, kind: this.kind }));
+    // An internal lock has no span of its own: it queues under the one of the acquire it is part of.
+    const span = this.silent ? undefined : startAcquireTrace(this);
+    const held = this.silent || options.waitMs === 0 ? [] : leasesHeldByChain(`${this.engine.id}:`);
     let lease: Lease;
     try {
-      lease = await this.acquireNew(options);
+      lease = await this.acquireNew(options, { trace: span ?? (options as InternalAcquireOptions).trace, held });
       // A grant can reach us after a stall past the session's deadline, before the deadline timer
       // ran (a reply read first): isHeld checks the clock (and declares the session lost if it is
       // past). Never hand out a lease that another client may already hold; give it back so that
@@ -91,6 +121,7 @@ export abstract class LockRecipe implements Lockable {
         throw notAcquiredError(this.name, 'connection', options.waitMs === 0);
       }
     } catch (error) {
+      span?.notAcquired(error instanceof LockNotAcquiredError ? error.reason : 'error', clock.now() - started, error);
       if (!this.silent) publish('notAcquired', () => ({
         name: this.name,
         path: this.path,
@@ -110,7 +141,10 @@ export abstract class LockRecipe implements Lockable {
       waitedMs: clock.now() - started,
       fencingToken: lease.fencingToken,
     }));
-    return this.reentrant ? new CountedLease(lease).handle() : lease;
+    const handed = this.reentrant ? new CountedLease(lease).handle() : lease;
+    const hold = span?.acquired(lease.path, lease.fencingToken, clock.now() - started);
+    if (hold) endWithLease(lease, hold);
+    return handed;
   }
 
   tryAcquire(): Promise<Lease | null> {
@@ -127,12 +161,28 @@ export abstract class LockRecipe implements Lockable {
     return parentOf(lease.path) === this.path && (!session || lease.sessionId === session.id);
   }
 
+  /** @internal Work under `withLock` and `@WithLock` runs in the hold's span, while tracing. */
   runHolding<T>(lease: Lease, fn: () => T): T {
-    return LockContext.run(this.contextKey, lease, fn);
+    const hold = tracingUsed() ? holdOf(lease) : undefined;
+    return hold ? hold.run(() => runInLockContext(this.contextKey, lease, fn)) : runInLockContext(this.contextKey, lease, fn);
   }
 }
 
-/** One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
+/** The hold's span ends with the lease: at its release or loss (a semaphore's leases: the first to end). */
+function endWithLease(lease: Lease, hold: HoldTrace): void {
+  if (lease instanceof HeldLease) lease.hold = hold;
+  else if (lease instanceof LeaseGroup) for (const member of lease.leases) endWithLease(member, hold);
+}
+
+/** The hold span of a lease an acquire handed out (through a re-entrant handle, of a semaphore's group). */
+function holdOf(lease: Lease): HoldTrace | undefined {
+  if (lease instanceof ReentrantHandle) return holdOf(lease.root);
+  if (lease instanceof HeldLease) return lease.hold;
+  if (lease instanceof LeaseGroup) return lease.leases[0] && holdOf(lease.leases[0]);
+  return undefined;
+}
+
+/** @internal One try: the lease, or null when the lock is taken (every Lockable's tryAcquire). */
 export async function tryOnce(lock: Pick<Lockable, 'acquire'>): Promise<Lease | null> {
   try {
     return await lock.acquire({ waitMs: 0 });
@@ -142,7 +192,7 @@ export async function tryOnce(lock: Pick<Lockable, 'acquire'>): Promise<Lease | 
   }
 }
 
-/** Acquire, run `fn` holding the lock (re-entrant inside), release in `finally` (every Lockable's withLock). */
+/** @internal Acquire, run `fn` holding the lock (re-entrant inside), release in `finally` (every Lockable's withLock). */
 export async function runWithLock<T>(
   lock: Pick<Lockable, 'acquire' | 'runHolding'>,
   fn: (lease: Lease) => T | Promise<T>,

@@ -3,9 +3,10 @@ import { describe } from '../validation.js';
 import { runWithLock, tryOnce, type Lockable } from './lock-recipe.js';
 import type { Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
-import { LockContext } from '../leases/lock-context.js';
+import { runInLockContext } from '../leases/lock-context.js';
 import { LockLostError, LockUsageError, type NotAcquiredReason } from '../errors.js';
 import { notAcquiredError } from '../queue/cancellation.js';
+import { systemClock } from '../clock.js';
 
 /** A member taken but no longer held before the group was complete. */
 function isLost(lease: Lease): boolean {
@@ -59,14 +60,17 @@ export class MultiLock implements Lockable {
 
   async acquire(options: AcquireOptions = {}): Promise<Lease> {
     validateAcquireOptions(options);
-    const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
+    const clock = this.members.find((m) => m.clock)?.clock ?? systemClock;
+    const deadline = options.waitMs === undefined ? undefined : clock.now() + options.waitMs;
     for (;;) {
       const leases: Lease[] = [];
       let lost: Lease | undefined;
       try {
         for (const member of this.members) {
-          const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, deadline - Date.now());
-          const lease = await member.acquire({ waitMs, signal: options.signal });
+          const waitMs = deadline === undefined ? undefined : options.waitMs === 0 ? 0 : Math.max(0, Math.ceil(deadline - clock.now()));
+          // The members taken so far count as held by the call chain while it waits for the next
+          // (its node says so: a multi-lock in progress is seen in a cycle of waits).
+          const lease = await this.holding(leases, () => member.acquire({ waitMs, signal: options.signal }));
           leases.push(lease);
           // Listen for loss while the later members are awaited (a lease notices its node's
           // deletion only once its signal is armed); a member lost meanwhile is checked below.
@@ -83,7 +87,7 @@ export class MultiLock implements Lockable {
       const reason = lostReason(lost);
       await releaseAll(leases).catch(() => undefined);
       // Take them all again while the wait allows (the members were given back in reverse).
-      const timedOut = options.waitMs === 0 || (deadline !== undefined && Date.now() >= deadline);
+      const timedOut = options.waitMs === 0 || (deadline !== undefined && clock.now() >= deadline);
       if (timedOut || options.signal?.aborted) {
         const why = options.signal?.aborted ? 'aborted' : reason;
         throw notAcquiredError(this.name, why, options.waitMs === 0, why === 'aborted' ? options.signal?.reason : lost.signal.reason);
@@ -99,14 +103,19 @@ export class MultiLock implements Lockable {
     return runWithLock(this, fn, options);
   }
 
+  /** Runs `fn` with `leases` (of the first members) recorded as held by the call chain. */
+  private holding<T>(leases: readonly Lease[], fn: () => T): T {
+    return leases.reduceRight<() => T>((inner, lease, i) => () => this.members[i]!.runHolding(lease, inner), fn)();
+  }
+
   /**
-   * Each member counts as held by the call chain (nested acquires re-enter), and
+   * @internal Each member counts as held by the call chain (nested acquires re-enter), and
    * `LockContext.current()` is the group: its signal aborts when any member is lost, its fencing
    * token is the first member's (canonical order); each member's own is in `group.leases[i]`.
    */
   runHolding<T>(lease: Lease, fn: () => T): T {
     const leases = (lease as LeaseGroup).leases;
-    const asGroup = () => LockContext.run(`multi:${this.path}`, lease, fn);
+    const asGroup = () => runInLockContext(`multi:${this.path}`, lease, fn);
     const run = this.members.reduceRight<() => T>((inner, member, i) => () => member.runHolding(leases[i]!, inner), asGroup);
     return run();
   }

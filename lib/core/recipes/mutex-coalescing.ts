@@ -7,11 +7,14 @@ import { MAX_LOCAL_HANDOFFS } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueEntry, type QueueSpec } from '../queue/lock-queue.js';
 import type { ClockTimer } from '../clock.js';
+import type { AcquireTrace } from '../tracing.js';
 
 interface LocalWaiter {
   name: string;
   tryOnce: boolean;
   leaseOptions: LeaseOptions;
+  /** The caller's acquire span while tracing. */
+  trace: AcquireTrace | undefined;
   cancellation: Cancellation;
   resolve(lease: Lease): void;
   reject(error: unknown): void;
@@ -65,6 +68,8 @@ export class LocalQueue {
   private acquiring: { cancel?: () => void; cancelled: boolean } | undefined;
   /** A release is waiting for the node's watches before handing over. */
   private handoffPending = false;
+  /** The acquire span of the last caller granted our node (a handoff links the next to it). */
+  private lastGranted: AcquireTrace | undefined;
 
   constructor(
     private readonly engine: LockEngine,
@@ -77,7 +82,7 @@ export class LocalQueue {
     return this.engine.connection.clock;
   }
 
-  acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions): Promise<Lease> {
+  acquire(name: string, options: AcquireOptions, leaseOptions: LeaseOptions, trace?: AcquireTrace): Promise<Lease> {
     const tryOnce = options.waitMs === 0;
     const busy = this.holder !== undefined || this.acquiring !== undefined || this.waiters.length > 0;
     if (tryOnce && busy) {
@@ -86,11 +91,13 @@ export class LocalQueue {
       return Promise.reject(notAcquiredError(name, reason, true));
     }
     return new Promise<Lease>((resolve, reject) => {
-      const waiter = { name, tryOnce, leaseOptions, resolve, reject } as LocalWaiter;
+      const waiter = { name, tryOnce, leaseOptions, trace, resolve, reject } as LocalWaiter;
       waiter.cancellation = new Cancellation(this.engine, options, () => waiter.cancellation && this.giveUp(waiter));
       if (waiter.cancellation.current) return this.giveUp(waiter); // already aborted or closed
       this.waiters.push(waiter);
       if (this.own) this.watchForHandoff(this.own);
+      // Behind callers of this process: the holder (if any) and those queued before.
+      if (busy) trace?.waiting(this.waiters.length - 1 + (this.holder ? 1 : 0), true);
       if (busy && !this.spec.silent) {
         const { lockName, parentPath, kind, lockPath } = this.spec;
         publish('contended', () => ({ name: lockName, path: parentPath, lockPath: lockPath ?? parentPath, kind }));
@@ -139,7 +146,9 @@ export class LocalQueue {
     // Only try-once callers: try once on ZooKeeper too.
     const tryOnce = this.waiters.every((w) => w.tryOnce);
     const onCancellable = (cancel: () => void) => (acquiring.cancel = cancel);
-    acquireInQueue(this.engine, this.spec, { fair: this.options.fair, onCancellable, waitMs: tryOnce ? 0 : undefined }).then(
+    // The node queues for the first caller: it carries that caller's trace context.
+    const trace = this.waiters[0]?.trace;
+    acquireInQueue(this.engine, this.spec, { fair: this.options.fair, onCancellable, waitMs: tryOnce ? 0 : undefined, trace }).then(
       (entry) => {
         if (this.acquiring !== acquiring) {
           // Given up, but the node held before the cancel got through: let it go.
@@ -200,6 +209,8 @@ export class LocalQueue {
     }
     if (this.waiters.length === 0) this.waiters = []; // the grown storage goes with the old array
     waiter.cancellation.dispose();
+    if (own.handoffs > 0) waiter.trace?.handedOverBy(this.lastGranted);
+    this.lastGranted = waiter.trace;
     const lease = new LocalLease(this, waiter.name, own.lease, own.lease.fencingToken + BigInt(own.handoffs), waiter.leaseOptions);
     this.holder = lease;
     if (this.waiters.length > 0) this.watchForHandoff(own);

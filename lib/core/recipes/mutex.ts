@@ -4,10 +4,11 @@ import { LocalQueue } from './mutex-coalescing.js';
 import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec, type Verdict } from '../queue/lock-queue.js';
-import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe, type AcquireCall } from './lock-recipe.js';
 import { NodeLease, type Lease, type LeaseOptions } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import { MUTEX_NODE } from './node-names.js';
+import { nestedWait } from '../deadlocks.js';
 
 export interface MutexOptions {
   /** Nested acquisition by the same async call chain re-enters (counted). Default true. */
@@ -151,11 +152,14 @@ export class Mutex extends LockRecipe {
   };
 
   /** Not async: the queue's promise itself, without another turn of the microtask queue (see LockRecipe.acquireLease). */
-  protected acquireNew(options: AcquireOptions): Promise<Lease> {
+  protected acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
     const leaseOptions = this.leaseOptionsOfNew;
-    if (this.maxLocalHandoffs !== undefined) {
-      return this.engine.localQueue(this.localQueueKey, this.makeLocalQueue).acquire(this.name, options, leaseOptions);
+    // A caller holding other locks queues a node of its own, which says what it holds: waiting
+    // in memory behind the process's node, its wait would be seen by no one (docs/deadlocks.md).
+    const nested = this.fair ? nestedWait(this.engine, this.name, held) : undefined;
+    if (this.maxLocalHandoffs !== undefined && !nested) {
+      return this.engine.localQueue(this.localQueueKey, this.makeLocalQueue).acquire(this.name, options, leaseOptions, trace);
     }
-    return acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair }).then((entry) => new NodeLease(this.engine, this.name, entry, leaseOptions));
+    return acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace, nested }).then((entry) => new NodeLease(this.engine, this.name, entry, leaseOptions));
   }
 }

@@ -1,14 +1,16 @@
 import { optionalPositiveInteger } from '../validation.js';
 import { LockUsageError } from '../errors.js';
 import type { LockEngine } from '../lock-engine.js';
-import { LockContext } from '../leases/lock-context.js';
+import { heldByChain } from '../leases/lock-context.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
-import { checkRecipeOptions, LockRecipe } from './lock-recipe.js';
+import { checkRecipeOptions, LockRecipe, type AcquireCall } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import type { ZkSession } from '../client/session.js';
 import { READ_NODE, READ_WRITE_MARKERS, WRITE_NODE } from './node-names.js';
+import { nestedWait } from '../deadlocks.js';
+import { parentOf } from '../paths.js';
 
 /** What both halves' leases get: the max hold time and how they hear revocation. */
 interface HeldOptions {
@@ -66,20 +68,20 @@ export class WriteLock extends LockRecipe {
     };
   }
 
-  /** The write lease this call chain holds, if any. */
+  /** @internal The write lease this call chain holds, if any. */
   heldLease(): Lease | undefined {
-    const held = LockContext.heldByChain(this.contextKey);
+    const held = heldByChain(this.contextKey);
     return held?.isHeld ? held : undefined;
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
-    if (LockContext.heldByChain(this.keyFor('read'))?.isHeld) {
+  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
+    if (heldByChain(this.keyFor('read'))?.isHeld) {
       throw new LockUsageError(
         `Lock ${JSON.stringify(this.name)}: this call chain holds the read lock and asked for the write lock; ` +
           'upgrading would deadlock (release the read lock first)',
       );
     }
-    const entry = await acquireInQueue(this.engine, this.spec, options);
+    const entry = await acquireInQueue(this.engine, this.spec, { ...options, trace, nested: nestedWait(this.engine, this.name, held) });
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 }
@@ -97,10 +99,12 @@ export class ReadLock extends LockRecipe {
     super(engine, name, path, true);
   }
 
-  protected async acquireNew(options: AcquireOptions): Promise<Lease> {
+  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
     const writeLease = this.writeLock.heldLease();
     const spec: QueueSpec = writeLease ? this.downgradeSpec(writeLease) : this.spec(() => undefined);
-    const entry = await acquireInQueue(this.engine, spec, options);
+    // A downgrade does not wait for its own writer: that hold is no part of a cycle.
+    const nested = nestedWait(this.engine, this.name, held.filter((lease) => parentOf(lease.path) !== this.path));
+    const entry = await acquireInQueue(this.engine, spec, { ...options, trace, nested });
     return new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.held.leaseMs, this.held.revocable));
   }
 

@@ -1,5 +1,5 @@
 import { InvalidOptionError, LockUsageError } from '../errors.js';
-import { inspectLock, type ContenderInfo } from '../inspect.js';
+import { inspectLock, sessionFor, type ContenderInfo } from '../inspect.js';
 import { isOwnParticipantNode } from './leadership.js';
 import type { Lease } from '../leases/lease.js';
 import type { ZkConnection } from '../connection/zk-connection.js';
@@ -54,7 +54,7 @@ export async function revokeHolders(connection: ZkConnection, lockPath: string, 
       );
     }
   }
-  const session = await connection.whenConnected(options.signal);
+  const session = await sessionFor(connection, 'revoke', options.signal);
   const asked = await Promise.all(
     lock.holders.map((holder) =>
       session.setData(holder.path, MARKER_BYTES).then(

@@ -6,12 +6,13 @@ import { isZkCode, ZkCode, ZkError } from '../client/zk-error.js';
 import { notAcquiredError, TRY_ONCE_BOUND_MS } from '../queue/cancellation.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, SessionEndedError, type QueueSpec } from '../queue/lock-queue.js';
-import { LockRecipe } from './lock-recipe.js';
+import { LockRecipe, type AcquireCall, type InternalAcquireOptions } from './lock-recipe.js';
 import { NodeLease, type Lease } from '../leases/lease.js';
 import { LeaseGroup, releaseAll } from '../leases/multi-lease.js';
 import { Mutex } from './mutex.js';
 import { LEASE_NODE, SEMAPHORE_LEASES, SEMAPHORE_LOCKS } from './node-names.js';
 import type { ClockTimer } from '../clock.js';
+import type { AcquireTrace } from '../tracing.js';
 
 export interface SemaphoreOptions {
   /** How many leases may be held at once. Every participant must use the same number. */
@@ -79,12 +80,12 @@ export class Semaphore extends LockRecipe {
     return super.acquire(options);
   }
 
-  protected async acquireNew(options: SemaphoreAcquireOptions): Promise<Lease> {
+  protected async acquireNew(options: SemaphoreAcquireOptions, { trace }: AcquireCall): Promise<Lease> {
     const count = positiveInteger(options.permits, 'permits', 1, 1, this.permits);
-    const deadline = options.waitMs === undefined ? undefined : Date.now() + options.waitMs;
+    const deadline = options.waitMs === undefined ? undefined : this.clock.now() + options.waitMs;
     for (;;) {
       try {
-        return new LeaseGroup(this.name, await this.acquireInSession(count, deadline, options));
+        return new LeaseGroup(this.name, await this.acquireInSession(count, deadline, options, trace));
       } catch (error) {
         // The session ended while we waited: the internal lock and our lease nodes went with it,
         // so start over in the new session.
@@ -99,15 +100,16 @@ export class Semaphore extends LockRecipe {
    * it asked for while it waits, so two multi-permit callers cannot deadlock each other (taking
    * them one internal-lock hold at a time, as Curator does, can).
    */
-  private async acquireInSession(count: number, deadline: number | undefined, options: AcquireOptions): Promise<Lease[]> {
+  private async acquireInSession(count: number, deadline: number | undefined, options: AcquireOptions, trace: AcquireTrace | undefined): Promise<Lease[]> {
     const tryOnce = options.waitMs === 0;
     // Try-once with too few leases free: say so at once instead of queueing for the internal lock
     // behind a waiter that holds it.
     if (tryOnce && (await this.leasesInUse()) + count > this.permits) throw new LockNotAcquiredError(this.name, 'timeout');
-    const remaining = () => (deadline === undefined ? undefined : Math.max(0, deadline - Date.now()));
+    const remaining = () => (deadline === undefined ? undefined : Math.max(0, Math.ceil(deadline - this.clock.now())));
     let internal: Lease;
     try {
-      internal = await this.internal.acquire({ waitMs: tryOnce ? TRY_ONCE_INTERNAL_WAIT_MS : remaining(), signal: options.signal });
+      const internalOptions: InternalAcquireOptions = { waitMs: tryOnce ? TRY_ONCE_INTERNAL_WAIT_MS : remaining(), signal: options.signal, trace };
+      internal = await this.internal.acquire(internalOptions);
     } catch (error) {
       // Report the semaphore, not its internal lock.
       if (error instanceof LockNotAcquiredError) throw new LockNotAcquiredError(this.name, error.reason, undefined, { cause: error });
@@ -123,6 +125,7 @@ export class Semaphore extends LockRecipe {
           waitMs: tryOnce ? 0 : remaining(),
           signal: options.signal,
           session,
+          trace,
         });
         leases.push(new NodeLease(this.engine, this.name, entry, this.leaseOptions(this.leaseMs)));
       }

@@ -16,7 +16,7 @@ export class PurchaseController {
    * One purchase at a time per event, across all instances: the lock `event:<id>` (ZooKeeper node
    * <basePath>/event:<id>) is taken after the pipes validated the id and body, and released when
    * the handler settles. Not acquired within LOCK_WAIT_MS: LockNotAcquiredError, which
-   * ZkLockExceptionFilter answers with 409 Conflict and Retry-After.
+   * ZkLockModule answers with 409 Conflict, Retry-After and reason `lock-timeout`.
    */
   @Post(':id/purchase')
   @WithLock((id: number) => `event:${id}`, { waitMs: LOCK_WAIT_MS })

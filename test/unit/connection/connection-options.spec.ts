@@ -56,6 +56,13 @@ describe('resolveConnectionOptions', () => {
     [{ connectString: 'zk1:2181', tls: true }, 'tls'],
     [{ connectString: 'zk1:2181', tls: 'ca.pem' }, 'tls'],
     [{ connectString: 'zk1:2181', tls: { ca: 'x' }, client: 'addon' }, 'tls'],
+    // what Node refuses at each connect (else taken for a failed host until connectTimeoutMs)
+    [{ connectString: 'zk1:2181', tls: { ca: {} } }, 'tls.ca'],
+    [{ connectString: 'zk1:2181', tls: { ca: '/etc/zookeeper/ca.pem' } }, 'tls.ca'],
+    [{ connectString: 'zk1:2181', tls: { ciphers: 'NO-SUCH-CIPHER' } }, 'tls.ciphers'],
+    [{ connectString: 'zk1:2181', tls: { key: 'client-key.pem' } }, 'tls.key'],
+    [{ connectString: 'zk1:2181', tls: { checkServerIdentity: true } }, 'tls.checkServerIdentity'],
+    [{ connectString: 'zk1:2181', tls: { minDHSize: -1 } }, 'tls.minDHSize'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 0xffffe }, 'maxReplyBytes'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 + 1 }, 'maxReplyBytes'],
     [{ connectString: 'zk1:2181', maxReplyBytes: 2.5e6 + 0.5 }, 'maxReplyBytes'],
@@ -70,6 +77,16 @@ describe('resolveConnectionOptions', () => {
   it('takes maxReplyBytes from 0xfffff to 1 GiB', () => {
     expect(resolveConnectionOptions({ connectString: 'zk1:2181', maxReplyBytes: 0xfffff }).maxReplyBytes).toBe(0xfffff);
     expect(resolveConnectionOptions({ connectString: 'zk1:2181', maxReplyBytes: 2 ** 30 }).maxReplyBytes).toBe(2 ** 30);
+  });
+
+  it('refuses a URL scheme (zk://) saying to drop it, not blaming a chroot', () => {
+    for (const connectString of ['zk://zk1:2181', 'zk://zk1:2181,zk2:2181', 'ZK://zk1:2181/app']) {
+      const error = optionError({ connectString });
+      expect(error.option).toBe('connectString');
+      expect(error.message).toContain('drop the "');
+      expect(error.message).toMatch(/drop the "zk:\/\/"/i);
+      expect(error.message).not.toContain('chroot');
+    }
   });
 
   it('never puts credentials in an error message', () => {

@@ -5,7 +5,7 @@ import tls from 'node:tls';
 import { isServerCode, ZkCode, ZkError } from '../zk-error.js';
 import { ClientWatches, DEFAULT_SERVER_TICK_MS, MIN_IN_FLIGHT, nextWindow, RequestClock, reportLagMs, VIA_LEADER, type WatchListener } from '../session-bookkeeping.js';
 import { MultiOpType, WriteBatcher, type MultiCall, type MultiOp, type QueuedRequest } from '../write-batch.js';
-import type { CreateMode, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
+import type { CreateMode, LinkFailureKind, SessionEvents, SessionInit, WriteOptions, ZkAcl, ZkSession, ZkSessionFactory, ZkStat } from '../session.js';
 import { Fifo } from '../fifo.js';
 import { DEFAULT_MAX_FRAME_BYTES, DEFAULT_MAX_REPLY_BYTES, FrameReader } from './frames.js';
 import { Chroot, HostList, isValidPath, parseConnectString } from './hosts.js';
@@ -31,6 +31,7 @@ import {
   type MultiResult,
 } from './records.js';
 import { ServerWatches } from './server-watches.js';
+import { classifyLinkError, type LinkError, type LinkStage } from './link-failure.js';
 import { refusedGrant } from '../session-opening.js';
 import { sleep, systemClock, type Clock, type ClockTimer } from '../../clock.js';
 import { ReplyTooLargeError } from '../../errors.js';
@@ -85,6 +86,31 @@ const dialNetwork: Dial = (address, tlsOptions) => {
   return socket;
 };
 
+/** One link attempt: how far it got, and what its socket said when it failed. */
+interface LinkAttempt {
+  /** `host:port` as in the connect string. */
+  server: string;
+  /** TCP connected. */
+  reached: boolean;
+  /** The TLS handshake completed. */
+  secured: boolean;
+  /** Our ConnectRequest went out. */
+  requestSent: boolean;
+  /** The server sent something back. */
+  answered: boolean;
+  /** The server closed the link (not our timeout). */
+  closedByServer: boolean;
+  failure: { kind: LinkFailureKind; message: string | undefined } | undefined;
+}
+
+/** Why an attempt that ended before its handshake failed. */
+function whyAttemptFailed(attempt: LinkAttempt): { kind: LinkFailureKind; message: string | undefined } {
+  // Without TLS: closed on our request, unanswered (a TLS port closes so; see host-probe.ts).
+  const unanswered = attempt.requestSent && !attempt.answered && attempt.closedByServer && !attempt.secured && (attempt.failure === undefined || attempt.failure.kind === 'other');
+  if (unanswered) return { kind: 'unanswered', message: 'the server closed the connection without answering the session request' };
+  return attempt.failure ?? { kind: 'other', message: undefined };
+}
+
 /** A factory for sessions with options the ZkSession seam does not carry (TLS). */
 export function wireSessionFactoryWith(options: WireSessionOptions): ZkSessionFactory {
   return (init, events) => new WireZkSession(init, events, options);
@@ -133,8 +159,8 @@ export class WireZkSession implements ZkSession {
   private state: LinkState = 'connecting';
   lastLinkError: string | undefined;
   private socket: LinkSocket | undefined;
-  /** `host:port` of the current link, for lastLinkError. */
-  private linkName = '';
+  /** `host:port` of the server the last handshake was with (see ZkSession.server). */
+  private connectedTo: string | undefined;
   private frames: FrameReader<SkippedReply> | undefined;
   private readonly replies = new Fifo<AwaitedReply>();
   /** Auth replies come out of band (the server answers them at once), matched by xid -4 in order. */
@@ -212,6 +238,10 @@ export class WireZkSession implements ZkSession {
     return this.closed || this.abandoned;
   }
 
+  get server(): string | undefined {
+    return this.connectedTo;
+  }
+
   get lastAnsweredSentAt(): number {
     return this.requests.lastAnsweredSentAt;
   }
@@ -220,9 +250,16 @@ export class WireZkSession implements ZkSession {
     return this.requests.deadline(this.timeoutMs);
   }
 
+  /**
+   * While the link is down: at least what was unanswered when it dropped, counted on (the requests
+   * it failed are gone from the RequestClock, the silence before the drop is not).
+   */
   unansweredForMs(): number {
-    return this.requests.unansweredForMs();
+    const now = this.requests.unansweredForMs();
+    return this.linkDownSince === undefined ? now : Math.max(now, this.linkDownSince.unansweredMs + this.clock.now() - this.linkDownSince.at);
   }
+  /** When the connected link last dropped, and how long its oldest request had waited then (until the next handshake). */
+  private linkDownSince: { at: number; unansweredMs: number } | undefined;
 
   // ---- the link: connect, handshake, frames, liveness ----
 
@@ -245,49 +282,84 @@ export class WireZkSession implements ZkSession {
         this.everAttempted = true;
         if (delay > 0) await sleep(this.clock, delay);
         if (this.closed) return;
+        let address: Awaited<ReturnType<HostList['next']>>;
         try {
-          this.open(await this.hosts.next());
-          return;
+          address = await this.hosts.next();
         } catch {
           this.hosts.failed(); // the name did not resolve: the next host
+          continue;
         }
+        if (this.open(address)) return;
+        this.hosts.failed(); // the link could not even be opened (said in lastLinkError)
       }
     } finally {
       this.connecting = false;
     }
   }
 
-  private open(address: { host: string; port: number; name: string }): void {
-    if (this.closed) return;
+  /** Opens a link to `address`; false when it cannot even be opened (the dial threw). */
+  private open(address: { host: string; port: number; name: string }): boolean {
+    if (this.closed) return true;
     const { tls: tlsOptions } = this.options;
-    const socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
+    const server = `${net.isIPv6(address.name) ? `[${address.name}]` : address.name}:${address.port}`;
+    const attempt: LinkAttempt = { server, reached: false, secured: false, requestSent: false, answered: false, closedByServer: false, failure: undefined };
+    this.attempt = attempt;
+    let socket: LinkSocket;
+    try {
+      socket = (this.options.dial ?? dialNetwork)(address, tlsOptions);
+    } catch (error) {
+      // Not a name that did not resolve: say what Node refused (options are checked at construction).
+      this.linkFailed(attempt, { kind: 'other', message: `cannot open a link: ${(error as Error).message}` });
+      return false;
+    }
     this.socket = socket;
-    this.linkName = `${address.name}:${address.port}`;
     this.frames = new FrameReader(this.maxReplyBytes, { headerBytes: REPLY_HEADER_BYTES, mark: (header, length): SkippedReply => ({ header, length }) });
     this.state = 'handshake';
     this.attemptStartedAt = this.lastReceivedAt = this.clock.now();
     socket.on(tlsOptions ? 'secureConnect' : 'connect', () => {
       if (socket !== this.socket) return;
+      attempt.secured = tlsOptions !== undefined;
       // Nothing else goes out before the ConnectResponse (a write could provoke a reset that swallows an expiry reply).
       this.connectRequestSentAt = this.clock.now();
+      attempt.requestSent = true;
       this.write(encodeConnectRequest({ lastZxidSeen: this.lastZxid, timeoutMs: this.requestedTimeoutMs, sessionId: this.sessionId, password: this.sessionPassword }));
     });
     socket.on('data', (chunk: Buffer) => this.received(socket, chunk));
-    let reached = false;
-    socket.once('connect', () => (reached = true)); // TCP (also under TLS)
-    socket.on('error', (error: NodeJS.ErrnoException) => {
-      // 'close' follows. Past TCP, the reason goes in the connect error (a certificate refused,
-      // say): the plain probe sees only that the port accepts connections.
-      if (socket === this.socket && reached) this.lastLinkError = `${address.name}:${address.port}: ${error.message}${error.code && !error.message.includes(error.code) ? ` (${error.code})` : ''}`;
+    socket.once('connect', () => (attempt.reached = true)); // TCP (also under TLS)
+    socket.on('error', (error: LinkError) => {
+      // 'close' follows (see linkDown). Past TCP, the reason goes in the connect error (a
+      // certificate refused, say): the plain probe sees only that the port accepts connections.
+      if (socket !== this.socket || !attempt.reached) return;
+      const stage: LinkStage = {
+        tls: tlsOptions !== undefined,
+        secured: attempt.secured,
+        certificateRefused: Boolean((socket as Partial<tls.TLSSocket>).authorizationError),
+        clientCertificate: tlsOptions?.cert !== undefined || tlsOptions?.pfx !== undefined,
+      };
+      attempt.failure = classifyLinkError(error, stage);
     });
     socket.on('close', () => {
       if (socket !== this.socket) return;
+      attempt.closedByServer = true;
       // After the frames read before it (each waits for a macrotask of its own, see received): a
       // server that answers and then closes (an auth failure) is heard out first. Not later than
       // that: the state must say the link is down before the next round of timers runs.
       if (this.framesQueued > 0) this.clock.setImmediate(() => socket === this.socket && this.linkDown());
       else this.linkDown();
     });
+    return true;
+  }
+
+  /** The link attempt under way: what it got to, and why it failed (see linkDown). */
+  private attempt: LinkAttempt | undefined;
+
+  /**
+   * A link attempt ended before a session was attached on it: tell why, as far as we know. A link
+   * closed unanswered says little on its own: the probe looks further (see host-probe.ts).
+   */
+  private linkFailed(attempt: LinkAttempt, failure: { kind: LinkFailureKind; message: string | undefined }): void {
+    if (failure.message && failure.kind !== 'unanswered' && failure.kind !== 'tls-no-answer') this.lastLinkError = `${attempt.server}: ${failure.message}`;
+    this.events.onLinkFailed?.({ server: attempt.server, ...failure });
   }
 
   private write(frame: Buffer): void {
@@ -305,6 +377,7 @@ export class WireZkSession implements ZkSession {
   private received(socket: LinkSocket, chunk: Buffer): void {
     if (socket !== this.socket) return;
     this.lastReceivedAt = this.clock.now();
+    if (this.attempt) this.attempt.answered = true;
     let frames: (Buffer | SkippedReply)[];
     try {
       frames = this.frames!.push(chunk);
@@ -418,6 +491,7 @@ export class WireZkSession implements ZkSession {
     this.negotiatedTimeoutMs = response.timeoutMs;
     this.state = 'connected';
     this.lastLinkError = undefined;
+    this.connectedTo = this.attempt?.server;
     this.hosts.connected();
     this.pingsOutstanding = 0;
     this.setWatchesOutstanding = 0;
@@ -432,6 +506,7 @@ export class WireZkSession implements ZkSession {
     // out, not when its answer was read: that may have waited on a slow link or a stalled loop.
     this.requests.negotiated(response.timeoutMs, this.connectRequestSentAt);
     this.requests.newLink();
+    this.linkDownSince = undefined;
     this.events.onConnected();
   }
 
@@ -442,7 +517,7 @@ export class WireZkSession implements ZkSession {
   private refuseImpossibleGrant(grantedMs: number): void {
     const refused = refusedGrant(grantedMs, this.requestedTimeoutMs, this.sessionId === 0n, this.serverTickMs);
     if (refused === undefined) return;
-    this.lastLinkError = `${this.linkName}: ${refused}`;
+    if (this.attempt) this.attempt.failure = { kind: 'other', message: refused };
     this.hosts.refused();
     throw new JuteDecodeError(refused);
   }
@@ -455,7 +530,9 @@ export class WireZkSession implements ZkSession {
     this.frames = undefined;
     socket.destroy();
     const wasConnected = this.state === 'connected';
+    if (wasConnected) this.linkDownSince = { at: this.clock.now(), unansweredMs: this.requests.unansweredForMs() };
     this.state = 'connecting';
+    if (!wasConnected && this.attempt) this.linkFailed(this.attempt, whyAttemptFailed(this.attempt));
     this.hosts.failed();
     this.failReplies(ZkCode.CONNECTIONLOSS);
     if (wasConnected) this.events.onConnecting();

@@ -29,7 +29,7 @@ describe('AppModule (e2e, ZooKeeper)', () => {
     const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
     app = moduleRef.createNestApplication({ logger: false });
     const rpcPort = await freePort();
-    // A hybrid app's microservice applies the APP_FILTER only with inheritAppConfig (see docs/with-lock.md in nestjs-zk-lock).
+    // A hybrid app's microservice applies global filters (ZkLockModule's too) only with inheritAppConfig (see docs/with-lock.md in nestjs-zk-lock).
     app.connectMicroservice({ transport: Transport.TCP, options: { host: '127.0.0.1', port: rpcPort } }, { inheritAppConfig: true });
     await app.startAllMicroservices();
     await app.listen(0, '127.0.0.1');
@@ -50,11 +50,30 @@ describe('AppModule (e2e, ZooKeeper)', () => {
     expect(byOrder).toEqual([...byOrder].sort((a, b) => (a < b ? -1 : 1)));
   });
 
+  const buySeat = (seat: string) =>
+    fetch(`${base}/tickets/seats`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ seat }) });
+
+  it('answers two buyers of one seat at once with 201 and 409 (Retry-After and a reason), with only ZkLockModule.forRoot and @WithLock', async () => {
+    const answers = await Promise.all([buySeat(`s-${process.pid}`), buySeat(`s-${process.pid}`)]);
+    expect(answers.map((a) => a.status).sort()).toEqual([201, 409]);
+    const busy = answers.find((a) => a.status === 409)!;
+    expect(busy.headers.get('retry-after')).toBe('1');
+    expect(await busy.json()).toEqual({ statusCode: 409, error: 'Conflict', message: 'The resource is busy; retry later', reason: 'lock-timeout' });
+  });
+
+  it('answers a 5 000-character key with 400 and a reason, without echoing the key', async () => {
+    const answer = await buySeat('k'.repeat(5_000));
+    expect(answer.status).toBe(400);
+    const text = await answer.text();
+    expect(JSON.parse(text)).toMatchObject({ statusCode: 400, error: 'Bad Request', reason: 'invalid-lock-key' });
+    expect(text).not.toContain('kkkk');
+  });
+
   it('answers an RPC caller that meets a held lock with an error reply (not silence, not a crash)', async () => {
     const first = firstValueFrom(client.send('report', 1_000));
     await new Promise((resolve) => setTimeout(resolve, 300));
     const busy = await firstValueFrom(client.send('report', 0)).catch((error: unknown) => error);
-    expect(busy).toMatchObject({ status: 'error', statusCode: 409, retryAfterSeconds: 1 });
+    expect(busy).toMatchObject({ status: 'error', statusCode: 409, reason: 'lock-timeout', retryAfterSeconds: 1 });
     await expect(first).resolves.toBe('done');
   });
 

@@ -1,10 +1,10 @@
 import { Module } from '@nestjs/common';
-import { APP_FILTER } from '@nestjs/core';
 import { ScheduleModule } from '@nestjs/schedule';
-import { ZkLockExceptionFilter, ZkLockModule } from 'nestjs-zk-lock';
+import { ZkLockModule } from 'nestjs-zk-lock';
 import { JobsModule } from './jobs/jobs.module.js';
 import { TicketsModule } from './tickets/tickets.module.js';
 
+// Nothing registered for errors: ZkLockModule answers contention with 409, a key ZooKeeper cannot take with 400.
 @Module({
   imports: [
     ZkLockModule.forRoot({ connectString: process.env.ZK_CONNECT ?? '127.0.0.1:2181', app: 'nest12-esm' }),
@@ -12,6 +12,5 @@ import { TicketsModule } from './tickets/tickets.module.js';
     TicketsModule,
     JobsModule,
   ],
-  providers: [{ provide: APP_FILTER, useClass: ZkLockExceptionFilter }],
 })
 export class AppModule {}

@@ -1,10 +1,15 @@
-import { Controller, Param, Post } from '@nestjs/common';
+import { Body, Controller, Param, Post } from '@nestjs/common';
 import { MessagePattern } from '@nestjs/microservices';
 import { TicketsService } from './tickets.service';
 
 @Controller('tickets')
 export class TicketsController {
   constructor(private readonly tickets: TicketsService) {}
+
+  @Post('seats')
+  buySeat(@Body() dto: { seat: string }) {
+    return this.tickets.holdSeat(dto.seat);
+  }
 
   @Post(':eventId')
   sell(@Param('eventId') eventId: string) {

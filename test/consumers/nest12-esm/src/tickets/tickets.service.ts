@@ -20,4 +20,11 @@ export class TicketsService {
     await new Promise((resolve) => setTimeout(resolve, holdMs));
     return 'done';
   }
+
+  /** Tries once and holds a while: of two buyers of one seat at once, one gets it. */
+  @WithLock('seat:{0}')
+  async holdSeat(seat: string): Promise<{ seat: string }> {
+    await new Promise((resolve) => setTimeout(resolve, 1_500));
+    return { seat };
+  }
 }
