@@ -46,7 +46,7 @@ export interface MutexOptions {
   retainMs?: number;
   /**
    * `release()` resolves as soon as the delete of our node is queued on the session (it goes at
-   * the end of this turn of the event loop), without waiting for ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
+   * the end of the task that released, after the promise continuations it started), without waiting for ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
    * delete (a session's requests are applied in order, so it queues after it). The lock is free
    * for others once the delete is applied; until then another process's try-once may still find
    * it taken. The delete still retries through disconnections, and shutdown waits for it; a
