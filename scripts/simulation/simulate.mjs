@@ -86,13 +86,21 @@ export async function simulate(lib, seed, options = {}) {
   for (const client of clients) {
     const { connection } = client;
     const who = clients.length > 1 ? `client ${client.index}` : 'client';
+    // Connected with the link down: every request fails at once, and a caller retrying on that spins.
+    const linkUp = (/** @type {string} */ said) => {
+      if (!connection.session?.isConnectedNatively) violations.push(`${who} said ${said} at ${clock.now.toFixed(1)} while its link was down`);
+    };
     connection.on('connected', (/** @type {string} */ id) => {
+      linkUp('connected');
       client.connected.add(id);
       owners.set(id, client);
       stats.sessions++;
       log(`${who}: connected ${id}, ${client.believed()}`);
     });
-    connection.on('reconnected', (/** @type {string} */ id) => log(`${who}: reconnected ${id}, ${client.believed()}`));
+    connection.on('reconnected', (/** @type {string} */ id) => {
+      linkUp('reconnected');
+      log(`${who}: reconnected ${id}, ${client.believed()}`);
+    });
     connection.on('suspended', () => log(`${who}: suspended, ${client.believed()}`));
     connection.on('lost', (/** @type {string} */ reason, /** @type {string} */ id) => {
       client.lostAt.set(id, clock.now);
@@ -145,11 +153,19 @@ export async function simulate(lib, seed, options = {}) {
   const settleMs = 4 * Math.max(world.askedTimeoutMs, world.maxTimeoutMs) + 2000;
   const end = world.durationMs + settleMs;
   const flush = () => new Promise((resolve) => setImmediate(resolve));
+  // A loop that never lets virtual time move (a timer of 0 ms re-armed for ever, a chain of
+  // immediates) is a hang of the real process: reported, and the world ends there.
+  let sameTime = { at: -1, events: 0 };
   const run = async (/** @type {number} */ until, /** @type {number} */ limit = Infinity) => {
     for (let n = 0; n < limit; n++) {
       const event = clock.next(until);
       if (!event) return;
       stats.events++;
+      sameTime = event.time === sameTime.at ? { at: sameTime.at, events: sameTime.events + 1 } : { at: event.time, events: 1 };
+      if (sameTime.events > 200_000) {
+        violations.push(`hang: ${sameTime.events} events at virtual time ${event.time.toFixed(1)} without time moving`);
+        return;
+      }
       try {
         event.run();
       } catch (error) {

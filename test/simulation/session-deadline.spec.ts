@@ -94,6 +94,30 @@ describe('Session deadline under simulated faults (virtual time)', () => {
     expect({ violations: result.violations }).toEqual({ violations: [] });
   }, 60_000);
 
+  it('a new session whose link drops while it freshens its deadline is not said connected until the link is back', async () => {
+    // Standalone, 1 s sessions: a 601 ms silence loses the first session; the new session's
+    // ConnectRequest is followed by a 671 ms stall of the client, so its deadline is nearly behind
+    // it when the answer is read and the connection sends syncs to move it; between two of them the
+    // server restarts. Said connected then, every request failed at once, and a lock's create,
+    // retried on that, spun without end (a hang of the process, found by a random world).
+    const result = await runWorld({
+      servers: 1,
+      tickMs: 100,
+      syncLimit: 5,
+      askedTimeoutMs: 1000,
+      minTimeoutMs: 200,
+      maxTimeoutMs: 2000,
+      durationMs: 8000,
+      faults: [
+        { at: 4853, kind: 'handshake-stall', ms: 671 },
+        { at: 5107, kind: 'silence', server: 1, ms: 601 },
+        { at: 6584, kind: 'restart', server: 'current', downMs: 221 },
+      ],
+    });
+    expect(result.stats.sessions).toBeGreaterThanOrEqual(2); // the scenario happened: a second session came up
+    expect({ violations: result.violations }).toEqual({ violations: [] });
+  }, 60_000);
+
   const seeds = process.env.SIMULATION_SEED
     ? process.env.SIMULATION_SEED.split(',').map(Number)
     : Array.from({ length: WORLDS }, (_, i) => FIRST_SEED + i);

@@ -437,16 +437,23 @@ export class ZkConnection extends EventEmitter<ConnectionEvents> {
       }
       // Disconnected while preparing: the session reconnects and we will be called again.
       if (session.isClosed) this.sessionLost(session, 'session-expired');
-      else this.clock.setTimeout(() => isCurrent() && void this.prepareSession(session, isCurrent), 100).unref();
+      else this.prepareAgain(session, isCurrent);
       return;
     }
     if (!isCurrent()) return;
+    // The link dropped after the last answer (freshenDeadline sleeps between its syncs): connected
+    // now, every request would fail at once and a caller that retries on that would spin.
+    if (!session.isConnectedNatively) return this.prepareAgain(session, isCurrent);
     this.usableSince = { at: this.clock.now(), timeoutMs: session.timeoutMs };
     this.refusal = undefined;
     this.linkFailures.clear();
     this.armDeadline(session);
     this.setState('connected');
     this.emit('connected', session.id);
+  }
+
+  private prepareAgain(session: ZkSession, isCurrent: () => boolean): void {
+    this.clock.setTimeout(() => isCurrent() && void this.prepareSession(session, isCurrent), 100).unref();
   }
 
   /**

@@ -84,7 +84,9 @@ export class ZkOperations {
     const connection = this.connection;
     const check = (): boolean | undefined => {
       if (connection.session !== session || session.isClosed || connection.state === 'closed') return false;
-      if (connection.state === 'connected') return true;
+      // Connected as far as the connection knows while the link under it is down (its watchdog
+      // will say so): a request now fails at once, so a retry waits for the state to move.
+      if (connection.state === 'connected' && session.isConnectedNatively) return true;
       return undefined;
     };
     const now = check();
