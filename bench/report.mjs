@@ -381,8 +381,10 @@ export function report(results) {
   reportApp(results.app);
 
   // ---- Targets ------------------------------------------------------------------------------
-  // Issue #30's, for the default (TypeScript) client, as ratios to the addon's raw baselines of
-  // this run; the addon's own rows next to them for comparison. Then the earlier issues' targets.
+  // Issue #36's first: what a lock costs the request that takes it, each a ratio to a peer of this
+  // run on the same client (the target is set for the default client; the addon's rows against its
+  // own peers, for comparison). Then issue #30's (the TypeScript client against the addon) and the
+  // earlier issues'.
   /** @type {{ name: string, client: string, value: string, target: string, met: boolean | undefined, detail: string }[]} */
   const targets = [];
   /**
@@ -392,12 +394,52 @@ export function report(results) {
    * @param {number} goal at least this ratio
    * @param {string} detail
    */
-  const atLeast = (name, client, ratio, goal, detail) => {
+  const atLeast = (name, client, ratio, goal, detail, digits = 1) => {
     if (ratio === undefined || !Number.isFinite(ratio)) return;
-    targets.push({ name, client, value: fmt.ratio(ratio), target: `≥ ${goal.toFixed(1)}×`, met: ratio >= goal, detail });
+    targets.push({ name, client, value: fmt.ratio(ratio), target: `≥ ${goal.toFixed(digits)}×`, met: ratio >= goal, detail });
+  };
+  /** @param {string} name @param {string} client @param {number | undefined} ratio @param {number} goal at most this ratio @param {string} detail */
+  const atMost = (name, client, ratio, goal, detail) => {
+    if (ratio === undefined || !Number.isFinite(ratio)) return;
+    targets.push({ name, client, value: fmt.ratio(ratio), target: `≤ ${goal.toFixed(1)}×`, met: ratio <= goal, detail });
   };
   const add = (name, met, detail) => targets.push({ name, client: 'typescript', value: '', target: '', met, detail });
   const ops = (/** @type {any} */ a) => fmt.ops(a.opsPerSec);
+  const on = (/** @type {string} */ key, /** @type {string} */ client) => W[`${key}${client === 'addon' ? '@addon' : ''}`];
+  for (const client of ['typescript', 'addon']) {
+    const raw = on('W1/raw', client);
+    const a = on('W1/ours', client);
+    if (!raw) continue;
+    if (a) {
+      atMost('#36 client CPU per uncontended lock cycle (W1 default) ÷ raw serial create+delete, same client', client, a.clientCpuUsPerOp / raw.clientCpuUsPerOp, 1.3, `${fmt.n(a.clientCpuUsPerOp, 0)} vs ${fmt.n(raw.clientCpuUsPerOp, 0)} µs client CPU (${fmt.n(a.zkRequestsPerOp, 2)} vs ${fmt.n(raw.zkRequestsPerOp, 2)} requests)`);
+    }
+    for (const [peer, label, goal] of /** @type {[string, string, number][]} */ ([['ours', 'default options', 0.9], ['ours-bg', 'releaseInBackground', 1.8]])) {
+      const b = on(`W1/${peer}`, client);
+      if (b) atLeast(`#36 W1 ${label} ÷ raw serial create+delete, same client`, client, b.opsPerSec / raw.opsPerSec, goal, `${ops(b)} vs ${ops(raw)} cycles/s (${fmt.n(b.zkRequestsPerOp, 2)} requests/cycle, ${fmt.n(b.clientCpuUsPerOp, 0)} µs client CPU)`);
+    }
+  }
+  if (results.app?.locks && results.app?.off) {
+    const { locks, off } = results.app;
+    atLeast('#36 sample app: locked ÷ unlocked requests/s', 'typescript', locks.reqPerSec / off.reqPerSec, 0.7, `${fmt.ops(locks.reqPerSec)} vs ${fmt.ops(off.reqPerSec)} requests/s; CPU per lock cycle ${fmt.n(locks.instanceCpuUs - off.instanceCpuUs, 0)} µs (instances' CPU per request ${fmt.n(locks.instanceCpuUs, 0)} vs ${fmt.n(off.instanceCpuUs, 0)} µs)`);
+  }
+  const w3 = W['W3/ours'];
+  if (w3 && W['W3/redis']) {
+    atLeast('#36 W3 4 processes × 4 callers ÷ redis-semaphore', 'typescript', w3.opsPerSec / W['W3/redis'].opsPerSec, 1.1, `${ops(w3)} vs ${ops(W['W3/redis'])} acquisitions/s (redis fairness ${fmt.n(W['W3/redis'].fairness, 2)})`);
+  }
+  if (w3?.fairness !== undefined) {
+    targets.push({ name: '#36 W3 fairness (fewest ÷ most acquisitions of one caller)', client: 'typescript', value: fmt.n(w3.fairness, 4), target: '≥ 0.99', met: w3.fairness >= 0.99, detail: `median of ${w3.rounds.length} rounds` });
+  }
+  for (const [client, scale] of Object.entries(results.scale ?? {})) {
+    const { locks, raw } = /** @type {any} */ (scale);
+    const kib = heapPer(locks) / 1024;
+    targets.push({ name: '#36 heap per held lock (10 000 distinct locks held, after GC)', client, value: `${fmt.n(kib, 2)} KiB`, target: '≤ 3.00 KiB', met: kib <= 3, detail: `raw: ${fmt.n(heapPer(raw), 0)} B per ephemeral node; ${fmt.n((locks.cpuMs * 1000) / locks.count, 0)} µs client CPU per lock (acquire + release)` });
+  }
+  const bq = results.bigQueue;
+  if (bq?.[10] && bq?.[100000]) {
+    const sizes = Object.keys(bq).map(Number).sort((a, b) => a - b);
+    atMost('#36 handoff p50 with 100 000 waiters queued ÷ with 10 ("flat")', 'typescript', bq[100000].handoffP50 / bq[10].handoffP50, 1.5, sizes.map((n) => `${n.toLocaleString('en')}: ${fmt.ms(bq[n].handoffP50)} ms`).join(', '));
+  }
+  // Issue #30's: the TypeScript client against the addon, raw peers side by side.
   const rawSerialAddon = W['W1/raw@addon'];
   const rawPipelinedAddon = W['W5/raw@addon'];
   const rawSerial = W['W1/raw'];
@@ -408,12 +450,10 @@ export function report(results) {
   if (rawPipelined && rawPipelinedAddon) {
     atLeast('#30 raw create+delete, 64 outstanding: new client ÷ addon', 'typescript', rawPipelined.opsPerSec / rawPipelinedAddon.opsPerSec, 2, `${ops(rawPipelined)} vs ${ops(rawPipelinedAddon)} pairs/s (client CPU ${fmt.n(rawPipelined.clientCpuUsPerOp, 0)} vs ${fmt.n(rawPipelinedAddon.clientCpuUsPerOp, 0)} µs/pair)`);
   }
-  for (const [peer, label, goal] of /** @type {[string, string, number][]} */ ([['ours', 'default options', 1], ['ours-bg', 'releaseInBackground', 1.8]])) {
-    for (const client of ['typescript', 'addon']) {
-      const a = W[`W1/${peer}${client === 'addon' ? '@addon' : ''}`];
-      if (!a || !rawSerialAddon) continue;
-      atLeast(`#30 W1 ${label} ÷ raw serial create+delete through the addon`, client, a.opsPerSec / rawSerialAddon.opsPerSec, goal, `${ops(a)} vs ${ops(rawSerialAddon)} cycles/s (${fmt.n(a.zkRequestsPerOp, 2)} requests/cycle)`);
-    }
+  const existsTs = W['W1/exists'];
+  const existsAddon = W['W1/exists@addon'];
+  if (existsTs && existsAddon) {
+    targets.push({ name: 'raw exists round trip: new client ÷ addon', client: 'typescript', value: fmt.ratio(existsTs.opsPerSec / existsAddon.opsPerSec), target: 'report', met: undefined, detail: `${ops(existsTs)} vs ${ops(existsAddon)} round trips/s (p50 ${fmt.ms(existsTs.p50)} vs ${fmt.ms(existsAddon.p50)} ms; client CPU ${fmt.n(existsTs.clientCpuUsPerOp, 0)} vs ${fmt.n(existsAddon.clientCpuUsPerOp, 0)} µs)` });
   }
   if (rawPipelinedAddon) {
     const w5x4 = W['W5x4/ours-keys'];
@@ -426,21 +466,6 @@ export function report(results) {
       if (!cold) continue;
       atLeast(`#30 W5 keys new to the process (cold pass, ${label}) ÷ raw pipelined (addon)`, 'typescript', cold.perSec / rawPipelinedAddon.opsPerSec, 0.6, `${fmt.ops(cold.perSec)} vs ${ops(rawPipelinedAddon)} acquisitions/s${vsOwn(cold.perSec)}`);
     }
-  }
-  if (results.app?.locks && results.app?.off) {
-    const { locks, off } = results.app;
-    atLeast('#30 sample app: locked ÷ unlocked requests/s', 'typescript', locks.reqPerSec / off.reqPerSec, 0.7, `${fmt.ops(locks.reqPerSec)} vs ${fmt.ops(off.reqPerSec)} requests/s; +${fmt.n(locks.instanceCpuUs - off.instanceCpuUs, 0)} µs instance CPU per request`);
-  }
-  for (const client of ['typescript', 'addon']) {
-    const a = W[`W1/ours${client === 'addon' ? '@addon' : ''}`];
-    const raw = W[`W1/raw${client === 'addon' ? '@addon' : ''}`];
-    if (a) {
-      targets.push({ name: '#30 client CPU per uncontended lock cycle (W1 default)', client, value: `${fmt.n(a.clientCpuUsPerOp, 0)} µs`, target: 'report', met: undefined, detail: raw ? `raw serial create+delete through the same client: ${fmt.n(raw.clientCpuUsPerOp, 0)} µs/pair` : '' });
-    }
-  }
-  for (const [client, scale] of Object.entries(results.scale ?? {})) {
-    const { locks, raw } = /** @type {any} */ (scale);
-    targets.push({ name: '#30 heap per held lock (10 000 distinct locks held, after GC)', client, value: `${fmt.n(heapPer(locks) / 1024, 2)} KiB`, target: 'report', met: undefined, detail: `raw: ${fmt.n(heapPer(raw), 0)} B per ephemeral node; ${fmt.n((locks.cpuMs * 1000) / locks.count, 0)} µs client CPU per lock (acquire + release)` });
   }
   for (const [client, c] of Object.entries(results.closeBlock ?? {})) {
     // The median: one of a few samples may be preempted by other processes on a busy machine.
@@ -500,7 +525,7 @@ export function report(results) {
   }
   results.targets = targets;
   if (targets.length) {
-    console.log("\nTargets (ratios within this run; #30: issue #30's, set for the default client, the addon's rows for comparison)");
+    console.log("\nTargets (ratios within this run; #36 and #30: those issues' targets, set for the default client; the addon's #36 rows against its own peers, for comparison)");
     printTable(
       ['target', 'client', 'measured', 'target', 'met', 'numbers'],
       targets.map((t) => [t.name, t.client, t.value, t.target, t.met === undefined ? '' : t.met ? 'met' : 'NOT MET', t.detail]),

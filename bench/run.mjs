@@ -18,9 +18,12 @@
 // Two ZooKeeper clients, side by side (issue #30): every agent runs ZkConnection's default client
 // (the TypeScript one, lib/core/client/wire/), and where the comparison matters a twin agent runs
 // `client: 'addon'` (the C client of the `zookeeper` package; its rows marked [addon]): the raw
-// baselines (serial create+delete in W1, 64 outstanding in W5), W1 default and releaseInBackground,
-// scale (heap per held lock) and close. --no-addon: the default client only. The "Targets" table
-// sets the ratios of issue #30 against the addon's raw baselines of the same run.
+// peers (serial create+delete and an exists round trip in W1, 64 outstanding in W5), W1 default
+// and releaseInBackground, scale (heap per held lock) and close. --no-addon: the default client
+// only. The "Targets" table sets issue #36's ratios, each against a peer of the same run on the
+// same client (CPU per uncontended cycle and W1 against raw create+delete, the sample app locked
+// against unlocked, W3 against redis-semaphore, heap per held lock, handoff p50 with 100 000
+// waiters against 10), then issue #30's (the TypeScript client against the addon).
 //
 // Workloads (one lock path each; every run checked with a non-atomic counter, see agent.mjs):
 //   W1  uncontended: 1 worker, lock+unlock cycles/s, acquire latency
@@ -117,8 +120,11 @@ async function main() {
     const ctx = { zk, zkPid, redis, config: { zk, redisPort: redis?.port }, agents, track: (a) => (agents.push(a), a), results };
     try {
       const started = await startAgents(ctx, curatorArgs);
-      await runAlternatingRounds(ctx, started);
+      // W4 first: its notification and request counts are the server's (mntr), and W5 leaves up to
+      // 10 000 path watches per process that fire as ZooKeeper's reaper removes the idle key paths
+      // (1 to 9 notifications per release landed in W4's windows when it ran after W5).
       await runQueue(ctx, started.main);
+      await runAlternatingRounds(ctx, started);
       await runBigQueue(ctx);
       await runLeadership(ctx, started);
       await runRecipes(ctx, started.main);

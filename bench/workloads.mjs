@@ -70,9 +70,10 @@ export async function runAlternatingRounds(ctx, { main, mainAddon, procs: w3, cu
   if (wants('auth')) w1Peers.splice(w1Peers.indexOf('ours') + 1, 0, 'ours-auth');
   for (const peer of w1Peers) {
     plan.push({ workload: 'W1', peer, agents: [mainAgent], workers: 1 });
-    // The same through the addon where the clients' comparison matters (issue #30): the raw
-    // serial baseline, and the library's uncontended cycle with and without releaseInBackground.
-    if (mainAddon && wants('w1') && ['raw', 'ours', 'ours-bg'].includes(peer)) plan.push({ workload: 'W1', peer, agents: [mainAddon], workers: 1, client: 'addon' });
+    // The same through the addon where the clients' comparison matters (issues #30, #36): the raw
+    // peers (serial create+delete, an exists round trip), and the library's uncontended cycle with
+    // and without releaseInBackground, each against the raw peers of its own client.
+    if (mainAddon && wants('w1') && ['raw', 'exists', 'ours', 'ours-bg'].includes(peer)) plan.push({ workload: 'W1', peer, agents: [mainAddon], workers: 1, client: 'addon' });
   }
   if (wants('w1')) {
     if (curatorMain) plan.push({ workload: 'W1', peer: 'curator', agents: [curatorMain], workers: 1 });

@@ -232,7 +232,9 @@ export class LockEngine {
 
   /** @internal Runs a clean-up in the background and remembers it until it settles. */
   background(work: Promise<unknown>): void {
-    const tracked = work.catch(() => undefined).finally(() => this.cleanups.delete(tracked));
+    // One reaction, never rejecting (not catch + finally: a promise less on every release).
+    const forget = () => void this.cleanups.delete(tracked);
+    const tracked: Promise<unknown> = work.then(forget, forget);
     this.cleanups.add(tracked);
   }
 

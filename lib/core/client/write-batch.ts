@@ -57,11 +57,14 @@ function sizeOf(op: MultiOp): number {
  * create; many keys' creates and deletes at once), instead of one each.
  *
  * Group commit: while a batch of writes is unanswered, new writes wait here, and they go together
- * when its answer comes (at the end of that turn of the event loop, so that the writes asked for
- * by everyone that answer woke go too). With nothing in flight a write waits only for the end of
- * the turn it was asked for in. A request of another kind asked for while writes wait queues
- * behind them, so nothing overtakes a write: a multi request is applied at its place in the
- * session's order, and its writes in their order.
+ * when its answer comes (at the end of the task that handled it, so that the writes asked for by
+ * everyone that answer woke go too). With nothing in flight a write waits only for the end of the
+ * task it was asked for in (its synchronous code and the promise continuations it started): a
+ * lone write goes in the same turn of the event loop, writes asked for together go as one multi.
+ * Only while more answers are read and waiting for their own tasks (`answersQueued`) does the
+ * flush wait for the next turn, so that the writes all of them wake go together. A request of
+ * another kind asked for while writes wait queues behind them, so nothing overtakes a write: a
+ * multi request is applied at its place in the session's order, and its writes in their order.
  *
  * A multi is applied all or none: when one op fails (its path was deleted, the node was not
  * there) that op gets its own error and every other one NOT_APPLIED ("through no fault of its
@@ -81,8 +84,10 @@ export class WriteBatcher {
     private readonly multi: MultiCall | undefined,
     /** The code every waiting request fails with once the session is closed (undefined while open). */
     private readonly closedCode: () => number | undefined,
-    /** Where the end-of-turn flush is scheduled (the session's clock). */
+    /** Where the next-turn flush is scheduled (the session's clock). */
     private readonly clock: Pick<Clock, 'setImmediate'> = systemClock,
+    /** Answers read and waiting for their tasks: the flush waits for the next turn, after them. */
+    private readonly answersQueued: () => boolean = () => false,
   ) {}
 
   submit(request: QueuedRequest): void {
@@ -102,11 +107,18 @@ export class WriteBatcher {
   private schedule(): void {
     if (this.flushScheduled || this.writesInFlight > 0 || this.queue.length === 0) return;
     this.flushScheduled = true;
-    this.clock.setImmediate(() => {
-      this.flushScheduled = false;
-      this.flush();
-    });
+    if (this.answersQueued()) this.clock.setImmediate(this.scheduledFlush);
+    // After the promise continuations queued so far (the microtask, then the tick after them):
+    // the writes of one task go together, without waiting for another turn of the event loop.
+    else queueMicrotask(this.afterContinuations);
   }
+
+  private readonly afterContinuations = (): void => void process.nextTick(this.scheduledFlush);
+
+  private readonly scheduledFlush = (): void => {
+    this.flushScheduled = false;
+    this.flush();
+  };
 
   private flush(): void {
     const closed = this.closedCode();
@@ -123,6 +135,8 @@ export class WriteBatcher {
   }
 
   private sendInOrder(queue: QueuedRequest[]): void {
+    // The common case, a write alone (an uncontended acquire's create, a release's delete): as itself.
+    if (queue.length === 1 && queue[0]!.write) return this.sendBatch(queue);
     let writes: QueuedRequest[] = [];
     let bytes = 0;
     /**

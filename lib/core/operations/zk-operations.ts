@@ -189,7 +189,8 @@ export class ZkOperations {
         listing?.catch(() => undefined);
         const path = await create;
         this.paths.exists(parentPath);
-        const listed = await listing?.then(
+        if (!listing) return { path, listing: undefined }; // no `await undefined`: a turn of the microtask queue less
+        const listed = await listing.then(
           ({ children, stat }) => ({ children, parentCzxid: stat.czxid }),
           () => undefined,
         );

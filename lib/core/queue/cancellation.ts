@@ -23,6 +23,11 @@ export class Cancellation {
     private readonly onSettle: (cancel: Cancel) => void = () => undefined,
   ) {
     const { waitMs, signal } = options;
+    if (waitMs === undefined && !signal) {
+      // No deadline, no signal (most acquires): only the connection closing or shutdown end the wait.
+      this.stopListening = engine.onStop((error) => this.settle({ reason: 'connection', error }));
+      return;
+    }
     const connection = engine.connection;
     // A wait that ends while ZooKeeper is unreachable ended for that reason, not for contention:
     // unreachable meaning no answer for half the wait (at most UNANSWERED_MS) by its due time,

@@ -5,7 +5,7 @@ import { HeldLease, NodeLease, type Lease, type LeaseOptions } from '../leases/l
 import type { LockEngine } from '../lock-engine.js';
 import { MAX_LOCAL_HANDOFFS } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
-import { acquireInQueue, type QueueSpec } from '../queue/lock-queue.js';
+import { acquireInQueue, type QueueEntry, type QueueSpec } from '../queue/lock-queue.js';
 import type { ClockTimer } from '../clock.js';
 import type { AcquireTrace } from '../tracing.js';
 
@@ -60,7 +60,8 @@ export interface LocalQueueOptions {
  * of the node's token count the handoffs).
  */
 export class LocalQueue {
-  private readonly waiters: LocalWaiter[] = [];
+  /** Emptied by the last grant (see grantOrFree): an empty array holds no storage while a lock is held. */
+  private waiters: LocalWaiter[] = [];
   private own: OwnNode | undefined;
   private holder: LocalLease | undefined;
   /** Our ZooKeeper acquisition in flight; `cancel` gives it up when every caller has. */
@@ -155,20 +156,7 @@ export class LocalQueue {
           return;
         }
         this.acquiring = undefined;
-        const own: OwnNode = {
-          lease: new NodeLease(this.engine, this.spec.lockName, entry, {
-            silent: true, // the local leases publish
-            releaseInBackground: this.options.releaseInBackground,
-            kind: this.spec.kind,
-            lockPath: this.spec.lockPath,
-            onEnd: (reason) => this.nodeEnded(own, reason),
-          }),
-          handoffs: 0,
-          othersMayWait: entry.listed > 1,
-          handoffsWhileOthersWait: 0,
-          watchesSet: false,
-        };
-        this.own = own;
+        this.own = this.ownNode(entry);
         this.pump();
       },
       (error: unknown) => {
@@ -189,6 +177,28 @@ export class LocalQueue {
     );
   }
 
+  /**
+   * Our node, now at the head. Made here, not in queueNode's callback: the node's onEnd closure
+   * lives as long as the node, and would keep queueNode's scope (the finished acquisition and its
+   * cancellation) alive with it.
+   */
+  private ownNode(entry: QueueEntry): OwnNode {
+    const own: OwnNode = {
+      lease: new NodeLease(this.engine, this.spec.lockName, entry, {
+        silent: true, // the local leases publish
+        releaseInBackground: this.options.releaseInBackground,
+        kind: this.spec.kind,
+        lockPath: this.spec.lockPath,
+        onEnd: (reason) => this.nodeEnded(own, reason),
+      }),
+      handoffs: 0,
+      othersMayWait: entry.listed > 1,
+      handoffsWhileOthersWait: 0,
+      watchesSet: false,
+    };
+    return own;
+  }
+
   /** Our node holds and nobody does locally: the next caller gets it, or the node goes. */
   private grantOrFree(own: OwnNode): void {
     const waiter = this.waiters.shift();
@@ -197,6 +207,7 @@ export class LocalQueue {
       void own.lease.release();
       return this.pump();
     }
+    if (this.waiters.length === 0) this.waiters = []; // the grown storage goes with the old array
     waiter.cancellation.dispose();
     if (own.handoffs > 0) waiter.trace?.handedOverBy(this.lastGranted);
     this.lastGranted = waiter.trace;

@@ -5,7 +5,7 @@ import { MAX_LOCAL_HANDOFFS, type LockEngine } from '../lock-engine.js';
 import type { AcquireOptions } from '../queue/acquire-options.js';
 import { acquireInQueue, type QueueSpec, type Verdict } from '../queue/lock-queue.js';
 import { checkRecipeOptions, LockRecipe, type AcquireCall } from './lock-recipe.js';
-import { NodeLease, type Lease } from '../leases/lease.js';
+import { NodeLease, type Lease, type LeaseOptions } from '../leases/lease.js';
 import { checkRevocable, type Revocable } from './revocation.js';
 import { MUTEX_NODE } from './node-names.js';
 import { nestedWait } from '../deadlocks.js';
@@ -46,7 +46,7 @@ export interface MutexOptions {
   retainMs?: number;
   /**
    * `release()` resolves as soon as the delete of our node is queued on the session (it goes at
-   * the end of this turn of the event loop), without waiting for ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
+   * the end of the task that released, after the promise continuations it started), without waiting for ZooKeeper's reply: one round trip sooner, and this process's next acquire goes out with the
    * delete (a session's requests are applied in order, so it queues after it). The lock is free
    * for others once the delete is applied; until then another process's try-once may still find
    * it taken. The delete still retries through disconnections, and shutdown waits for it; a
@@ -79,6 +79,18 @@ export function exclusiveVerdict(sorted: readonly string[], index: number): Verd
   return { holds: false, watch: sorted[index - 2]!, holdsWhenGone: false };
 }
 
+/** One string per combination of settings, shared by the keys of every lock with them. */
+const settingsPrefixes = new Map<string, string>();
+function settingsPrefix(made: string): string {
+  const shared = settingsPrefixes.get(made);
+  if (shared !== undefined) return shared;
+  if (settingsPrefixes.size < 256) settingsPrefixes.set(made, made); // past that (settings drawn at random), not shared
+  return made;
+}
+
+/** Shared by every mutex's queue spec (one array, not one per lock held). */
+const MUTEX_MARKERS: readonly string[] = [MUTEX_NODE];
+
 /** The mutex predicate: the lowest node holds (see exclusiveVerdict). */
 export function mutexSpec(lockName: string, parentPath: string, silent = false): QueueSpec {
   return {
@@ -88,7 +100,7 @@ export function mutexSpec(lockName: string, parentPath: string, silent = false):
     silent,
     parentPath,
     nodeName: MUTEX_NODE,
-    sortMarkers: [MUTEX_NODE],
+    sortMarkers: MUTEX_MARKERS,
     evaluate: exclusiveVerdict,
   };
 }
@@ -104,6 +116,8 @@ export class Mutex extends LockRecipe {
   private readonly revocable: Revocable | undefined;
   private readonly retainMs: number;
   private readonly releaseInBackground: boolean;
+  /** The in-process queue's key: mutexes of one path with the same settings share one queue. */
+  private readonly localQueueKey: string;
 
   constructor(engine: LockEngine, name: string, path: string, options?: MutexOptions) {
     options = checkRecipeOptions(options, ['reentrant', 'fair', 'coalesce', 'releaseInBackground']);
@@ -123,23 +137,29 @@ export class Mutex extends LockRecipe {
     if (this.retainMs > 0 && (!coalesce || maxLocalHandoffs === 0)) {
       throw new InvalidOptionError('retainMs', 'keeps a node for the next local holder: it needs coalescing (coalesce, maxLocalHandoffs > 0, not revocable)');
     }
+    // Kept as a key of the engine's map while the lock is busy: one concatenation onto the path,
+    // not a chain of six (a template literal's parts stay linked, about 160 bytes per held lock).
+    this.localQueueKey = settingsPrefix(`mutex:${this.fair}:${this.maxLocalHandoffs}:${this.retainMs}:${this.releaseInBackground}:`) + this.path;
+    // Read, never written, by the leases (made once, not per acquire).
+    this.leaseOptionsOfNew = this.leaseOptions(this.leaseMs, this.revocable, this.releaseInBackground);
   }
 
-  protected async acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
-    const { releaseInBackground } = this;
-    const leaseOptions = { ...this.leaseOptions(this.leaseMs, this.revocable), releaseInBackground };
-    const maxLocalHandoffs = this.maxLocalHandoffs;
+  private readonly leaseOptionsOfNew: LeaseOptions;
+
+  private readonly makeLocalQueue = (unregister: () => void): LocalQueue => {
+    const { fair, retainMs, releaseInBackground } = this;
+    return new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs: this.maxLocalHandoffs!, retainMs, releaseInBackground }, unregister);
+  };
+
+  /** Not async: the queue's promise itself, without another turn of the microtask queue (see LockRecipe.acquireLease). */
+  protected acquireNew(options: AcquireOptions, { trace, held }: AcquireCall): Promise<Lease> {
+    const leaseOptions = this.leaseOptionsOfNew;
     // A caller holding other locks queues a node of its own, which says what it holds: waiting
     // in memory behind the process's node, its wait would be seen by no one (docs/deadlocks.md).
     const nested = this.fair ? nestedWait(this.engine, this.name, held) : undefined;
-    if (maxLocalHandoffs !== undefined && !nested) {
-      // Mutexes of one path with the same settings share one in-process queue.
-      const { fair, retainMs } = this;
-      const key = `mutex:${fair}:${maxLocalHandoffs}:${retainMs}:${releaseInBackground}:${this.path}`;
-      const queue = this.engine.localQueue(key, (unregister) => new LocalQueue(this.engine, this.spec, { fair, maxLocalHandoffs, retainMs, releaseInBackground }, unregister));
-      return queue.acquire(this.name, options, leaseOptions, trace);
+    if (this.maxLocalHandoffs !== undefined && !nested) {
+      return this.engine.localQueue(this.localQueueKey, this.makeLocalQueue).acquire(this.name, options, leaseOptions, trace);
     }
-    const entry = await acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace, nested });
-    return new NodeLease(this.engine, this.name, entry, leaseOptions);
+    return acquireInQueue(this.engine, this.spec, { ...options, fair: this.fair, trace, nested }).then((entry) => new NodeLease(this.engine, this.name, entry, leaseOptions));
   }
 }

@@ -96,12 +96,25 @@ export class HostList {
 
 /** The C client's path check: it refuses a bad path itself, with BADARGUMENTS, before sending. */
 export function isValidPath(path: string, sequential: boolean): boolean {
-  if (typeof path !== 'string' || !path.startsWith('/') || path.includes('\0')) return false;
+  if (typeof path !== 'string' || path.charCodeAt(0) !== SLASH) return false;
   if (path === '/') return !sequential;
-  const names = path.split('/').slice(1);
-  if (sequential && names.at(-1) === '') names.pop();
-  return names.every((n) => n !== '' && n !== '.' && n !== '..');
+  // Every name between slashes: not empty, not "." or ".."; a sequential create's last may be
+  // empty (the server appends the number). One pass, no arrays: this runs on every request.
+  const end = sequential && path.charCodeAt(path.length - 1) === SLASH ? path.length - 1 : path.length;
+  let start = 1;
+  for (let i = 1; i <= end; i++) {
+    const c = i < end ? path.charCodeAt(i) : SLASH;
+    if (c === 0) return false;
+    if (c !== SLASH) continue;
+    const length = i - start;
+    if (length === 0 || (length <= 2 && path.charCodeAt(start) === DOT && (length === 1 || path.charCodeAt(start + 1) === DOT))) return false;
+    start = i + 1;
+  }
+  return true;
 }
+
+const SLASH = 0x2f;
+const DOT = 0x2e;
 
 /** Paths as the caller sees them (under the chroot) and as the server does. */
 export class Chroot {

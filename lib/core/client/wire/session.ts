@@ -204,14 +204,23 @@ export class WireZkSession implements ZkSession {
       this.sessionPassword = Buffer.from(init.sessionPassword ?? '', 'hex');
     }
     const multi: MultiCall = (ops, cb) => this.sendMulti(ops, cb);
-    this.batcher = new WriteBatcher(multi, () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined), this.clock);
+    this.batcher = new WriteBatcher(
+      multi,
+      () => (this.closed ? ZkCode.INVALIDSTATE : this.abandoned ? ZkCode.SESSIONEXPIRED : undefined),
+      this.clock,
+      () => this.framesQueued > 0,
+    );
     this.timer = this.clock.setInterval(() => this.tick(), Math.max(10, Math.min(100, init.sessionTimeoutMs / 30))).unref();
     void this.connectNext();
   }
 
   get id(): string {
-    return hex64(this.sessionId);
+    // Asked on every acquire (each lease keeps it): one string per session id, not one per call.
+    if (this.idText?.[0] !== this.sessionId) this.idText = [this.sessionId, hex64(this.sessionId)];
+    return this.idText[1];
   }
+
+  private idText: [bigint, string] | undefined;
 
   get password(): string {
     return this.sessionPassword.toString('hex').toUpperCase();
