@@ -165,13 +165,14 @@ export class ZooKeeperModel {
     const applied = { ...txn, zxid };
     leader.applyTxn(applied);
     then?.(leader);
-    const delay = this.commitDelay(leader);
-    if (delay === Infinity) return zxid;
-    this.clock.after(delay, () => {
+    const at = this.commitTime(leader);
+    if (at === Infinity) return zxid;
+    this.clock.at(at, () => {
       if (this.leader !== leader) return;
       for (const follower of leader.followers.keys()) {
         follower.fromLeader.send(() => {
-          if (follower.role !== 'follower') return;
+          // Already in the tree it synced from the leader as it joined (after this was applied there).
+          if (follower.role !== 'follower' || applied.zxid <= follower.tree.zxid) return;
           follower.applyTxn(applied);
           then?.(follower);
         });
@@ -179,6 +180,21 @@ export class ZooKeeperModel {
     });
     return zxid;
   }
+
+  /**
+   * When what the leader decides now is committed: after a quorum acknowledged it, and never
+   * before anything it decided earlier (proposals commit in order; the quickest round trip
+   * changes as followers lag, leave and join).
+   * @private @param {Server} leader
+   */
+  commitTime(leader) {
+    const delay = this.commitDelay(leader);
+    if (delay === Infinity) return Infinity;
+    this.lastCommitAt = Math.max(this.clock.now + delay, this.lastCommitAt);
+    return this.lastCommitAt;
+  }
+  /** @private */
+  lastCommitAt = 0;
 
   /** A leader is elected among the servers that are up (after a kill): it tracks every stored session anew. */
   elect() {
@@ -216,8 +232,8 @@ export class ZooKeeperModel {
     const leader = this.leader;
     if (!leader) return;
     const committed = (/** @type {() => void} */ then) => {
-      const delay = this.commitDelay(leader);
-      if (delay !== Infinity) this.clock.after(delay, () => this.leader === leader && then());
+      const at = this.commitTime(leader);
+      if (at !== Infinity) this.clock.at(at, () => this.leader === leader && then());
     };
     if (server === leader) {
       const result = process(leader);

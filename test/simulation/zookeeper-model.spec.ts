@@ -41,6 +41,22 @@ describe('ZooKeeper model (simulation)', () => {
     expect(follower.tree.nodes.has('/during-the-cut')).toBe(true);
   });
 
+  it('transactions reach every follower in the order the leader applied them, also when the quickest round trip shrinks between two', () => {
+    const { model, leader, runUntil, create } = ensemble();
+    runUntil(200);
+    const [slow, quick] = model.servers.filter((s) => s !== leader);
+    quick!.toLeader.cut = true;
+    quick!.fromLeader.cut = true;
+    slow!.toLeader.lagMs = 100; // the only quorum: /parent commits in ~100 ms
+    create('/parent');
+    runUntil(210);
+    quick!.toLeader.heal();
+    quick!.fromLeader.heal(); // a 1 ms round trip again: /parent/child would commit first
+    create('/parent/child');
+    runUntil(1000);
+    for (const server of model.servers) expect([server.id, server.tree.nodes.has('/parent/child')]).toEqual([server.id, true]);
+  });
+
   it('a follower whose connection to the leader closed during a cut syncs the whole tree as it joins again', () => {
     const { follower, runUntil, create } = ensemble();
     runUntil(200);
