@@ -371,7 +371,7 @@ function armFaults(world, model, clock, clients, log, history) {
   };
   const cutPeer = (/** @type {any} */ f, /** @type {'to' | 'from' | 'both'} */ direction, /** @type {number} */ ms) => {
     if (!f) return;
-    for (const pipe of pipes(f, direction)) pipe.cut = true;
+    for (const pipe of pipes(f, direction)) pipe.cutOff();
     log(`fault: follower ${f.id} cut ${direction} the leader for ${ms} ms`);
     clock.after(ms, () => {
       for (const pipe of pipes(f, direction)) pipe.heal();

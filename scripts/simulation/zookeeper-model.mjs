@@ -165,14 +165,13 @@ export class ZooKeeperModel {
     const applied = { ...txn, zxid };
     leader.applyTxn(applied);
     then?.(leader);
-    const at = this.commitTime(leader);
-    if (at === Infinity) return zxid;
-    this.clock.at(at, () => {
-      if (this.leader !== leader) return;
+    this.afterCommit(leader, () => {
       for (const follower of leader.followers.keys()) {
         follower.fromLeader.send(() => {
           // Already in the tree it synced from the leader as it joined (after this was applied there).
           if (follower.role !== 'follower' || applied.zxid <= follower.tree.zxid) return;
+          // A gap is a bug of this model (no ensemble skips a transaction): fail the world loudly.
+          if (applied.zxid !== follower.tree.zxid + 1n) throw new Error(`model: server ${follower.id} at zxid ${follower.tree.zxid} was sent ${applied.zxid}`);
           follower.applyTxn(applied);
           then?.(follower);
         });
@@ -182,19 +181,56 @@ export class ZooKeeperModel {
   }
 
   /**
-   * When what the leader decides now is committed: after a quorum acknowledged it, and never
-   * before anything it decided earlier (proposals commit in order; the quickest round trip
-   * changes as followers lag, leave and join).
-   * @private @param {Server} leader
+   * Runs `run` once what `leader` decided so far is committed: after a quorum acknowledged it, and
+   * never before anything it decided earlier (proposals commit in order, also when the quickest
+   * round trip changes as followers lag, leave and join). Without a quorum in reach they wait.
+   * @param {Server} leader @param {() => void} run
    */
-  commitTime(leader) {
-    const delay = this.commitDelay(leader);
-    if (delay === Infinity) return Infinity;
-    this.lastCommitAt = Math.max(this.clock.now + delay, this.lastCommitAt);
-    return this.lastCommitAt;
+  afterCommit(leader, run) {
+    this.proposals.push({ leader, run });
+    this.commitProposals();
   }
+
+  /** @private */
+  commitProposals() {
+    while (this.proposals.length > 0) {
+      const { leader, run } = this.proposals[0];
+      if (this.leader !== leader) {
+        this.proposals.shift();
+        continue;
+      }
+      const delay = this.commitDelay(leader);
+      if (delay === Infinity) {
+        if (!this.commitRetry) {
+          this.commitRetry = true;
+          this.clock.after(Math.max(1, this.tick / 10), () => {
+            this.commitRetry = false;
+            this.commitProposals();
+          });
+        }
+        return;
+      }
+      this.proposals.shift();
+      this.lastCommitAt = Math.max(this.clock.now + delay, this.lastCommitAt);
+      this.clock.at(this.lastCommitAt, () => this.leader === leader && run());
+    }
+  }
+  /** @private @type {{ leader: Server, run: () => void }[]} */
+  proposals = [];
+  /** @private */
+  commitRetry = false;
   /** @private */
   lastCommitAt = 0;
+
+  /** The leader went (killed, or stepped down without a quorum): its followers stop serving, and another is elected. @param {Server} leader */
+  leaderGone(leader) {
+    this.committedTree = leader.tree.clone();
+    this.leader = undefined;
+    this.tracked.clear();
+    this.proposals = [];
+    for (const s of this.servers) if (s.role === 'follower') s.fromLeader.send(() => s.role === 'follower' && (s.stopServing(), (s.role = 'looking')));
+    if (this.servers.length > 1) this.clock.after(Math.max(200, this.tick * 2), () => this.elect());
+  }
 
   /** A leader is elected among the servers that are up (after a kill): it tracks every stored session anew. */
   elect() {
@@ -207,6 +243,7 @@ export class ZooKeeperModel {
     this.committedTree = undefined;
     this.leader = leader;
     leader.role = 'leader';
+    leader.leadingSince = this.clock.now;
     leader.followers.clear();
     this.startTracking();
     this.config.trace(`server ${leader.id} leads`);
@@ -231,10 +268,7 @@ export class ZooKeeperModel {
   viaLeader(server, process, answer) {
     const leader = this.leader;
     if (!leader) return;
-    const committed = (/** @type {() => void} */ then) => {
-      const at = this.commitTime(leader);
-      if (at !== Infinity) this.clock.at(at, () => this.leader === leader && then());
-    };
+    const committed = (/** @type {() => void} */ then) => this.afterCommit(leader, then);
     if (server === leader) {
       const result = process(leader);
       return committed(() => answer(result));
@@ -243,7 +277,8 @@ export class ZooKeeperModel {
     server.toLeader.send(() => {
       if (this.leader !== leader || !leader.followers.has(server)) return;
       const result = process(leader);
-      committed(() => server.fromLeader.send(() => server.role === 'follower' && answer(result)));
+      // A follower the leader dropped meanwhile gets neither the commit nor the answer.
+      committed(() => leader.followers.has(server) && server.fromLeader.send(() => server.role === 'follower' && answer(result)));
     });
   }
 
@@ -255,7 +290,9 @@ export class ZooKeeperModel {
   commitDelay(leader) {
     if (this.servers.length === 1) return 0.05;
     let best = Infinity;
-    for (const f of leader.followers.keys()) if (!f.toLeader.cut && !f.fromLeader.cut) best = Math.min(best, f.toLeader.lagMs + f.fromLeader.lagMs);
+    for (const f of leader.followers.keys()) {
+      if (f.role === 'follower' && !f.toLeader.cut && !f.fromLeader.cut) best = Math.min(best, f.toLeader.lagMs + f.fromLeader.lagMs);
+    }
     return best;
   }
 }
@@ -269,10 +306,11 @@ export class ZooKeeperModel {
 export class PeerPipe {
   static DEFAULT_LAG_MS = 1;
   lagMs = PeerPipe.DEFAULT_LAG_MS;
-  cut = false;
+  /** Cuts in force (they may overlap). @private */
+  cuts = 0;
   /** @private @type {(() => void)[]} */
   held = [];
-  /** @private Bumped when the connection closes: what was sent on an earlier one never arrives. */
+  /** Bumped when the connection closes: what was sent on an earlier one never arrives. */
   connection = 0;
   /** @private */
   lastArrival = 0;
@@ -287,8 +325,15 @@ export class PeerPipe {
     if (this.cut) this.held.push(arrive);
     else this.schedule(arrive);
   }
+  get cut() {
+    return this.cuts > 0;
+  }
+  cutOff() {
+    this.cuts++;
+  }
   heal() {
-    this.cut = false;
+    this.cuts = Math.max(0, this.cuts - 1);
+    if (this.cut) return;
     const held = this.held;
     this.held = [];
     for (const arrive of held) this.schedule(arrive);
@@ -328,6 +373,8 @@ class Server {
   /** A follower's touches since its last ping reply: session → its connection's timeout. @type {Map<bigint, number>} */
   touches = new Map();
   lastFromLeader = 0;
+  /** When it became the leader (its followers have syncLimit to join before it counts them). */
+  leadingSince = 0;
   /** The leader's followers and when it last heard from each. @type {Map<Server, number>} */
   followers = new Map();
   /** This server's copy of the tree. */
@@ -431,14 +478,40 @@ class Server {
         if (now - heard > limit) {
           this.followers.delete(follower);
           follower.closePeerConnection();
+          follower.closedByLeader();
           this.model.config.trace(`leader ${this.id} drops follower ${follower.id}`);
         }
+      }
+      // Without a quorum of followers heard from, the leader shuts down (Leader.lead) once its
+      // followers had syncLimit to join: its clients are disconnected and another is elected.
+      const quorum = (this.followers.size + 1) * 2 > this.model.servers.length;
+      if (this.model.servers.length > 1 && !quorum && now - this.leadingSince > limit) {
+        this.model.config.trace(`leader ${this.id} lost its quorum, steps down`);
+        this.role = 'looking';
+        this.stopServing();
+        this.followers.clear();
+        this.model.leaderGone(this);
       }
     } else if (this.role === 'follower' && now - this.lastFromLeader > limit) {
       this.model.config.trace(`server ${this.id} lost the leader`);
       this.stopServing();
       this.follow();
     }
+  }
+
+  /**
+   * The leader closed this follower's connection: the follower reads the end of it after the link's
+   * lag and looks for a leader again (on a cut path only its own syncLimit tells it).
+   */
+  closedByLeader() {
+    if (this.fromLeader.cut) return;
+    const connection = this.fromLeader.connection;
+    this.clock.after(this.fromLeader.lagMs, () => {
+      if (this.role !== 'follower' || this.fromLeader.connection !== connection) return;
+      this.model.config.trace(`server ${this.id} lost the leader`);
+      this.stopServing();
+      this.follow();
+    });
   }
 
   /** Closes every client connection (going LOOKING, shut down). */
@@ -464,14 +537,7 @@ class Server {
     this.touches.clear();
     this.followers.clear();
     const model = this.model;
-    if (wasLeader) {
-      model.committedTree = this.tree.clone();
-      model.leader = undefined;
-      model.tracked.clear();
-      // The followers see the leader's links close, stop serving and elect another.
-      for (const s of model.servers) if (s.role === 'follower') s.fromLeader.send(() => s.role === 'follower' && (s.stopServing(), (s.role = 'looking')));
-      if (model.servers.length > 1) this.clock.after(Math.max(200, model.tick * 2), () => model.elect());
-    }
+    if (wasLeader) model.leaderGone(this);
     this.clock.after(downMs, () => {
       if (limits) {
         this.minTimeoutMs = limits.min;

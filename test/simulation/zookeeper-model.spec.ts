@@ -29,8 +29,8 @@ describe('ZooKeeper model (simulation)', () => {
     const { follower, runUntil, create } = ensemble();
     runUntil(200);
     expect(follower.role).toBe('follower');
-    follower.toLeader.cut = true;
-    follower.fromLeader.cut = true;
+    follower.toLeader.cutOff();
+    follower.fromLeader.cutOff();
     create('/during-the-cut');
     runUntil(300);
     expect(follower.tree.nodes.has('/during-the-cut')).toBe(false); // a cut-off follower reads the past
@@ -45,8 +45,8 @@ describe('ZooKeeper model (simulation)', () => {
     const { model, leader, runUntil, create } = ensemble();
     runUntil(200);
     const [slow, quick] = model.servers.filter((s) => s !== leader);
-    quick!.toLeader.cut = true;
-    quick!.fromLeader.cut = true;
+    quick!.toLeader.cutOff();
+    quick!.fromLeader.cutOff();
     slow!.toLeader.lagMs = 100; // the only quorum: /parent commits in ~100 ms
     create('/parent');
     runUntil(210);
@@ -57,11 +57,49 @@ describe('ZooKeeper model (simulation)', () => {
     for (const server of model.servers) expect([server.id, server.tree.nodes.has('/parent/child')]).toEqual([server.id, true]);
   });
 
+  it('a write decided while no quorum is in reach commits, in order, once one is back', () => {
+    const { model, leader, runUntil, create } = ensemble();
+    runUntil(200);
+    const followers = model.servers.filter((s) => s !== leader);
+    for (const f of followers) {
+      f.toLeader.cutOff();
+      f.fromLeader.cutOff();
+    }
+    create('/no-quorum');
+    runUntil(250);
+    for (const f of followers) {
+      f.toLeader.heal();
+      f.fromLeader.heal();
+    }
+    create('/no-quorum/after');
+    runUntil(1000);
+    for (const server of model.servers) expect([server.id, server.tree.nodes.has('/no-quorum/after')]).toEqual([server.id, true]);
+  });
+
+  it('a leader that hears from no quorum for syncLimit steps down, and another leader is elected once they are back', () => {
+    const { model, leader, runUntil } = ensemble();
+    runUntil(200);
+    const followers = model.servers.filter((s) => s !== leader);
+    for (const f of followers) {
+      f.toLeader.cutOff();
+      f.fromLeader.cutOff();
+    }
+    runUntil(200 + 3 * SYNC_LIMIT * TICK_MS);
+    expect(leader.role).not.toBe('leader');
+    for (const f of followers) {
+      f.toLeader.heal();
+      f.fromLeader.heal();
+    }
+    runUntil(3000);
+    expect(model.leader).toBeDefined();
+    expect(model.servers.filter((s) => s.role === 'follower')).toHaveLength(2);
+  });
+
   it('a follower whose connection to the leader closed during a cut syncs the whole tree as it joins again', () => {
     const { follower, runUntil, create } = ensemble();
     runUntil(200);
-    follower.toLeader.cut = true;
-    follower.fromLeader.cut = true;
+    follower.toLeader.cutOff();
+    follower.fromLeader.cutOff();
     create('/during-the-cut');
     runUntil(200 + 3 * SYNC_LIMIT * TICK_MS); // both sides gave up on the other
     follower.toLeader.heal();
