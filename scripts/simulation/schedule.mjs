@@ -126,7 +126,7 @@ export function drawWorld(seed) {
     }
   }
   faults.sort((a, b) => a.at - b.at);
-  return { seed, servers, tickMs, syncLimit: pick([2, 5]), askedTimeoutMs, minTimeoutMs, maxTimeoutMs, durationMs, faults, clients, mutex };
+  return { seed, servers, tickMs, syncLimit: pick([2, 5, 10]), askedTimeoutMs, minTimeoutMs, maxTimeoutMs, durationMs, faults, clients, mutex };
 }
 
 /** One line: the world and its faults. @param {World} world */
