@@ -879,6 +879,16 @@ export class WireZkSession implements ZkSession {
           reject(new ZkError(this.closed ? ZkCode.INVALIDSTATE : ZkCode.SESSIONEXPIRED, operation, path));
           return;
         }
+        if (this.state !== 'connected') {
+          // No link: it fails, but in a later turn of the event loop. A caller that tries again at
+          // once would otherwise run only promise continuations, and the reconnect (a socket's
+          // events, a timer) would never get a turn: the process would spin instead of waiting.
+          this.clock.setImmediate(() => {
+            drop?.();
+            reject(new ZkError(ZkCode.CONNECTIONLOSS, operation, path));
+          });
+          return;
+        }
         this.inFlight++;
         const answered = this.requests.sent(VIA_LEADER.has(operation));
         const sentAt = this.clock.now();
