@@ -241,7 +241,7 @@ launch() {  # id: start the java process detached from us, record its pid
     exec "$@"' zk-server "$DIR/server.$id.pid" \
     "$JAVA" -Xmx256m -XX:+UseSerialGC \
     "-Dzookeeper.log.dir=$logdir" -Dzookeeper.log.file=zookeeper.log \
-    -Dznode.container.checkIntervalMs=1000 \
+    -Dznode.container.checkIntervalMs=1000 -Dznode.container.maxPerMinute=600000 \
     -Dorg.slf4j.simpleLogger.showDateTime=true \
     '-Dorg.slf4j.simpleLogger.dateTimeFormat=yyyy-MM-dd HH:mm:ss.SSS' \
     ${extra[@]+"${extra[@]}"} \
